@@ -1,0 +1,106 @@
+// zipccl codec: lossless compression of floating-point training traffic.
+//
+// The wire format is normative and written out in gpu_codec/FORMAT.md; this header is the CPU API.
+// Every function here is thread-safe (no global mutable state) and never allocates on the encode or
+// decode path: callers size buffers with max_encoded_size() up front.
+//
+// Ownership: the caller owns every buffer. Inputs are never modified. Outputs are written only
+// inside [dst, dst + dst_capacity).
+//
+// Untrusted input: decode() validates every header field, offset and length of a frame. A malformed
+// frame returns an error status; decode never reads outside [src, src + src_size) and never writes
+// outside [dst, dst + dst_capacity). It does not abort and does not throw.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace zipccl {
+namespace codec {
+
+// Element types. The numeric values are the wire values of the frame header's `dtype` field.
+enum class ElemType : uint8_t {
+  kNone = 0,  // no element structure (raw and constant frames over bytes)
+  kBf16 = 1,
+  kFp16 = 2,
+  kFp32 = 3,
+  kAuto = 255,  // options only: detect from the bytes (see detect_elem_type)
+};
+
+// Bytes per element of a concrete type (kNone: 1; kAuto: 0).
+size_t elem_size(ElemType t);
+const char* elem_type_name(ElemType t);  // "bf16", "fp16", "fp32", "none", "auto"
+// Parses "bf16" / "fp16" / "fp32" / "auto" (case-sensitive). Returns false on anything else.
+bool parse_elem_type(const char* s, ElemType* out);
+
+enum class Status : int {
+  kOk = 0,
+  kInvalidArgument,  // null pointer with non-zero size, bad option value
+  kDstTooSmall,      // dst_capacity is smaller than the output needs
+  kTooLarge,         // input larger than one frame can carry (kMaxFrameInput)
+  kTruncated,        // frame shorter than its header says
+  kBadMagic,         // not a zipccl frame
+  kBadVersion,       // a zipccl frame of a version this build does not decode
+  kCorrupt,          // a field, offset, code table or bit stream is inconsistent
+};
+const char* status_string(Status s);
+
+// Largest input one frame carries. Larger buffers are split into several frames by the caller
+// (the tool and the plugin do so); 4 GiB - 1 keeps every in-frame offset a 32-bit value.
+constexpr uint64_t kMaxFrameInput = 0xFFFFFFFFull;
+
+// Upper bound of encode()'s output for an n-byte input, for every input and option.
+size_t max_encoded_size(size_t n);
+
+struct EncodeOptions {
+  ElemType type = ElemType::kAuto;  // element type of the input; kAuto detects it
+  // log2 of elements per block, 10..16; 0 picks the default for the type (FORMAT.md "Blocks").
+  int block_log2 = 0;
+  // Threads for large inputs (>= 1). Blocks are coded independently, so the output is the same
+  // byte string whatever the thread count. Threads are created per call: use > 1 only for inputs of
+  // several MiB.
+  int threads = 1;
+  // Disable the SIMD paths (testing and benchmarking; output is identical).
+  bool force_scalar = false;
+};
+
+struct DecodeOptions {
+  int threads = 1;
+  bool force_scalar = false;
+};
+
+// Encodes src[0, n) into one frame at dst. On kOk, *encoded_size is the frame's length.
+// The frame is never larger than max_encoded_size(n); if dst_capacity is smaller than that the
+// encoder still succeeds whenever the frame it would produce fits (it then falls back to a raw
+// frame if a coded one does not fit), and returns kDstTooSmall otherwise.
+Status encode(const void* src, size_t n, void* dst, size_t dst_capacity, size_t* encoded_size,
+              const EncodeOptions& opt = EncodeOptions());
+
+// Decodes one frame src[0, src_size) into dst. On kOk, *decoded_size is the original length.
+// The frame must span exactly src_size bytes (trailing bytes are an error: kCorrupt).
+Status decode(const void* src, size_t src_size, void* dst, size_t dst_capacity, size_t* decoded_size,
+              const DecodeOptions& opt = DecodeOptions());
+
+enum class FrameKind : uint8_t { kRaw = 0, kConst = 1, kCoded = 2 };
+
+struct FrameInfo {
+  FrameKind kind;
+  ElemType type;
+  uint64_t original_size;  // bytes decode() writes
+  uint64_t frame_size;     // bytes the frame occupies, header included
+  uint32_t num_blocks;     // coded frames; 0 otherwise
+  uint32_t block_elems;    // elements per block (coded frames); 0 otherwise
+};
+
+// Reads and validates the frame header (not the blocks). Use it to size a decode buffer.
+Status read_frame_info(const void* src, size_t src_size, FrameInfo* info);
+
+// Picks the element type whose exponent coding is predicted to pay most on a sample of the bytes,
+// or kNone when none is predicted to compress. Deterministic, O(sample), no allocation.
+ElemType detect_elem_type(const void* src, size_t n);
+
+// Which SIMD path this process uses ("avx2", "neon", "scalar").
+const char* simd_path();
+
+}  // namespace codec
+}  // namespace zipccl

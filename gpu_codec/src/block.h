@@ -1,0 +1,26 @@
+// One block of a coded frame (FORMAT.md "Blocks"): encode and decode, independent of any other
+// block so that blocks run in parallel on CPU threads and CUDA thread blocks alike.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels.h"
+
+namespace zipccl {
+namespace codec {
+
+// Encodes m elements of `type` (fmt::kType*) from src into dst (at most cap bytes; cap >=
+// fmt::block_bound(m, planes) always suffices). Returns the block's size (a multiple of 4), or 0
+// when it does not fit in cap.
+size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t type, int lanes, uint8_t* dst,
+                    size_t cap);
+
+// Decodes a block of exactly `size` bytes holding m elements of `type` into dst (m * elem size
+// bytes). Bytes up to readable_end (the frame's end) may be read. Returns false if the block is
+// malformed; dst may then hold partial output.
+bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m, uint8_t type, int lanes,
+                  const uint8_t* readable_end, uint8_t* dst);
+
+}  // namespace codec
+}  // namespace zipccl

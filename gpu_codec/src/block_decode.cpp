@@ -1,0 +1,77 @@
+#include <cstring>
+
+#include "block.h"
+
+namespace zipccl {
+namespace codec {
+
+using namespace fmt;
+
+bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m, uint8_t type, int lanes,
+                  const uint8_t* readable_end, uint8_t* dst) {
+  alignas(64) uint8_t scratch[4][kMaxBlockElems];
+  DecodeTable table[4];
+  const uint8_t* plane[4];
+  uint8_t mode[4], value[4] = {0};
+  uint16_t lane_bytes[4][kMaxLanes];
+  size_t stream[4] = {0};
+  const int np = type_planes(type);
+
+  if (size < 4) return false;
+  const uint8_t modes = blk[0];
+  if (np == 2 && (modes >> 4)) return false;
+  size_t pos = 1;
+  for (int p = 0; p < np; ++p) {
+    mode[p] = (modes >> (2 * p)) & 3;
+    if (mode[p] == kPlaneConst) {
+      if (pos + 1 > size) return false;
+      value[p] = blk[pos++];
+    } else if (mode[p] == kPlaneHuff) {
+      uint32_t lo, nsym;
+      const size_t used = read_huff_desc(blk + pos, size - pos, &lo, &nsym, &table[p]);
+      if (!used || pos + used + 2 * size_t(lanes) > size) return false;
+      pos += used;
+      for (int l = 0; l < lanes; ++l, pos += 2) {
+        lane_bytes[p][l] = load_le16(blk + pos);
+        stream[p] += lane_bytes[p][l];
+      }
+    } else if (mode[p] != kPlaneRaw) {
+      return false;
+    }
+  }
+  for (; pos & 3; ++pos) {
+    if (pos >= size || blk[pos]) return false;
+  }
+  for (int p = 0; p < np; ++p) {
+    size_t bytes = 0;
+    if (mode[p] == kPlaneRaw) {
+      bytes = m;
+      if (pos + bytes > size) return false;
+      plane[p] = blk + pos;
+    } else if (mode[p] == kPlaneConst) {
+      std::memset(scratch[p], value[p], m);
+      plane[p] = scratch[p];
+    } else {
+      bytes = stream[p];
+      if (pos + bytes > size) return false;
+      if (!k.huff_decode(blk + pos, lane_bytes[p], lanes, table[p], m, scratch[p], readable_end)) return false;
+      plane[p] = scratch[p];
+    }
+    const size_t end = pos + round_up4(bytes);
+    if (end > size) return false;
+    for (size_t i = pos + bytes; i < end; ++i) {
+      if (blk[i]) return false;
+    }
+    pos = end;
+  }
+  if (pos != size) return false;
+  if (np == 2) {
+    k.merge16(plane[0], plane[1], m, dst);
+  } else {
+    k.merge32(plane, m, dst);
+  }
+  return true;
+}
+
+}  // namespace codec
+}  // namespace zipccl

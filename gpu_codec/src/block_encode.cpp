@@ -1,0 +1,129 @@
+#include <cstring>
+
+#include "block.h"
+
+namespace zipccl {
+namespace codec {
+namespace {
+
+using namespace fmt;
+
+bool all_equal(const uint8_t* p, uint32_t m) {
+  uint8_t diff = 0;
+  const uint8_t first = p[0];
+  for (uint32_t i = 0; i < m; ++i) diff |= uint8_t(p[i] ^ first);
+  return diff == 0;
+}
+
+// A plane other than the exponent is usually near-random mantissa bits; a histogram of every 8th
+// byte tells cheaply whether a full Huffman pass could pay (order-0 entropy below ~7 bits).
+bool worth_coding(const uint8_t* p, uint32_t m) {
+  uint32_t freq[256] = {0};
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < m; i += 8, ++n) freq[p[i]]++;
+  // Count symbols covering most of the mass: random bytes spread over ~n distinct values; a
+  // plane worth coding concentrates. Cheap proxy for entropy: sum of squares (collision rate).
+  uint64_t sq = 0;
+  for (int s = 0; s < 256; ++s) sq += uint64_t(freq[s]) * freq[s];
+  // Collision probability of uniform bytes is 1/256; 1/128 (~7 bits of Renyi-2 entropy) marks a
+  // plane that Huffman shrinks by more than a few percent.
+  return sq * 128 > uint64_t(n) * n;
+}
+
+struct PlanePlan {
+  uint8_t mode;
+  uint8_t value;  // kPlaneConst
+  HuffCode* code;  // kPlaneHuff
+};
+
+}  // namespace
+
+size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t type, int lanes, uint8_t* dst,
+                    size_t cap) {
+  alignas(64) uint8_t planes[4][kMaxBlockElems];
+  HuffCode codes[4];
+  const int np = type_planes(type);
+  if (np == 2) {
+    k.split16(src, m, planes[0], planes[1]);
+  } else {
+    uint8_t* p[4] = {planes[0], planes[1], planes[2], planes[3]};
+    k.split32(src, m, p);
+  }
+
+  PlanePlan plan[4];
+  const size_t raw_plane = round_up4(m);
+  for (int p = 0; p < np; ++p) {
+    plan[p] = {kPlaneRaw, 0, nullptr};
+    if (all_equal(planes[p], m)) {
+      plan[p] = {kPlaneConst, planes[p][0], nullptr};
+      continue;
+    }
+    if (p != 0 && !worth_coding(planes[p], m)) continue;
+    uint32_t freq[256];
+    k.histogram(planes[p], m, freq);
+    const uint64_t bits = build_huffman(freq, &codes[p]);
+    // Each lane ends on a byte boundary (~4 bits); keep the code only if it saves >= 3% of the plane.
+    const size_t est = huff_desc_bytes(codes[p].nsym, lanes) + round_up4((bits + lanes * 4 + 7) / 8);
+    if (est * 100 <= raw_plane * 97) plan[p] = {kPlaneHuff, 0, &codes[p]};
+  }
+
+  for (;;) {
+    // Header: modes byte, then each plane's descriptor in plane order, padded to 4.
+    size_t pos = 1;
+    uint8_t modes = 0;
+    size_t lanes_at[4] = {0};
+    for (int p = 0; p < np; ++p) modes |= uint8_t(plan[p].mode << (2 * p));
+    if (cap < 4) return 0;
+    dst[0] = modes;
+    for (int p = 0; p < np; ++p) {
+      if (plan[p].mode == kPlaneConst) {
+        if (pos + 1 > cap) return 0;
+        dst[pos++] = plan[p].value;
+      } else if (plan[p].mode == kPlaneHuff) {
+        if (pos + huff_desc_bytes(plan[p].code->nsym, lanes) > cap) return 0;
+        pos += write_huff_desc(*plan[p].code, dst + pos);
+        lanes_at[p] = pos;
+        pos += 2 * size_t(lanes);
+      }
+    }
+    while (pos & 3) {
+      if (pos >= cap) return 0;
+      dst[pos++] = 0;
+    }
+    bool redo = false;
+    for (int p = 0; p < np && !redo; ++p) {
+      size_t bytes = 0;
+      if (plan[p].mode == kPlaneRaw) {
+        if (pos + raw_plane > cap) return 0;
+        std::memcpy(dst + pos, planes[p], m);
+        bytes = m;
+      } else if (plan[p].mode == kPlaneHuff) {
+        // The stream may use at most what the raw plane would have cost (keeps block_bound true).
+        const size_t desc = huff_desc_bytes(plan[p].code->nsym, lanes);
+        const size_t limit = raw_plane > desc ? ((raw_plane - desc) & ~size_t(3)) : 0;
+        const size_t room = pos < cap ? cap - pos : 0;
+        uint16_t lane_bytes[kMaxLanes];
+        const size_t stream = k.huff_encode(planes[p], m, *plan[p].code, lanes, dst + pos,
+                                            limit < room ? limit : room, lane_bytes);
+        if (stream == SIZE_MAX) {
+          if (limit <= room) {  // not worth it after all: ship the plane raw
+            plan[p].mode = kPlaneRaw;
+            redo = true;
+            break;
+          }
+          return 0;
+        }
+        for (int l = 0; l < lanes; ++l) store_le16(dst + lanes_at[p] + 2 * l, lane_bytes[l]);
+        bytes = stream;
+      }
+      const size_t end = pos + round_up4(bytes);
+      if (end > cap) return 0;
+      std::memset(dst + pos + bytes, 0, end - pos - bytes);
+      pos = end;
+    }
+    if (!redo) return pos;
+  }
+}
+
+}  // namespace codec
+}  // namespace zipccl

@@ -1,0 +1,216 @@
+// Huffman lane streams (FORMAT.md "Huffman plane"): each lane is an MSB-first bit string of its
+// elements' codes, zero-padded to a byte. Lanes are independent, so four are interleaved here to
+// hide each one's load -> shift chain, and a GPU gives each lane its own thread.
+//
+// Included by each kernel translation unit (in an anonymous namespace) so that every instruction
+// set variant compiles its own copy: the AVX2 unit gets BMI2's flag-free shifts.
+#pragma once
+
+#include <cstring>
+
+#include "huffman.h"
+
+namespace {  // NOLINT: one copy per kernel translation unit, by design
+
+using zipccl::codec::DecodeTable;
+using zipccl::codec::HuffCode;
+namespace fmt = zipccl::codec::fmt;
+
+inline uint64_t lanes_be64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return __builtin_bswap64(v);
+}
+
+// Encoder tables: the code left-aligned in 64 bits, and its length.
+struct EncodeTable {
+  uint64_t left[256];
+  uint8_t len[256];
+};
+
+// Up to 4 codes of <= 11 bits go in between flushes: 7 + 44 bits fit the 64-bit container.
+struct BitWriter {
+  uint64_t acc;
+  uint32_t nb;
+  uint8_t* out;
+  inline void put(const EncodeTable& t, uint8_t s) {
+    acc |= t.left[s] >> nb;
+    nb += t.len[s];
+  }
+  inline void flush() {  // writes 8 bytes, keeps the partial byte
+    const uint64_t v = __builtin_bswap64(acc);
+    std::memcpy(out, &v, 8);
+    out += nb >> 3;
+    acc <<= nb & ~7u;
+    nb &= 7;
+  }
+  inline void finish() {
+    const uint64_t v = __builtin_bswap64(acc);
+    std::memcpy(out, &v, 8);
+    out += (nb + 7) >> 3;
+  }
+};
+
+// Lane state lives in locals that are never address-taken, so the byte stores cannot alias it
+// (a char store may alias anything: state behind a pointer would be reloaded after each one).
+template <int N>
+void encode_group(const uint8_t* sym, uint32_t stride, uint32_t count, const EncodeTable& t, BitWriter* w_io) {
+  BitWriter w[N];
+  for (int k = 0; k < N; ++k) w[k] = w_io[k];
+  uint32_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    for (int k = 0; k < N; ++k) {
+      uint32_t s4;
+      std::memcpy(&s4, sym + size_t(k) * stride + i, 4);
+      w[k].put(t, uint8_t(s4));
+      w[k].put(t, uint8_t(s4 >> 8));
+      w[k].put(t, uint8_t(s4 >> 16));
+      w[k].put(t, uint8_t(s4 >> 24));
+      w[k].flush();
+    }
+  }
+  for (int k = 0; k < N; ++k) {
+    for (uint32_t j = i; j < count; ++j) w[k].put(t, sym[size_t(k) * stride + j]);
+    w[k].finish();
+    w_io[k] = w[k];
+  }
+}
+
+// Decodes `count` symbols of each of N lanes into out + k * stride; pos_out[k] returns the bits
+// each consumed. The pair table decodes up to two symbols per lookup; the last symbols of a lane
+// use the single table so that exactly `count` are written. Load addresses are clamped to `limit`
+// (the last address an 8-byte load may start at): only a malformed lane gets there, and its bit
+// count then fails the caller's check.
+template <int N>
+void decode_group(const uint8_t* const* base_in, uint32_t count, const DecodeTable& t, uint8_t* out,
+                  uint32_t stride, const uint8_t* limit, uint64_t* pos_out) {
+  const uint8_t* base[N];
+  uint64_t pos[N];
+  uint32_t done[N];
+  for (int k = 0; k < N; ++k) base[k] = base_in[k], pos[k] = 0, done[k] = 0;
+  // Four lookups per refill produce at most 8 symbols: run while every lane has room for that.
+  for (;;) {
+    bool room = true;
+    for (int k = 0; k < N; ++k) room &= done[k] + 8 <= count;
+    if (!room) break;
+    for (int k = 0; k < N; ++k) {
+      const uint8_t* a = base[k] + (pos[k] >> 3);
+      a = a < limit ? a : limit;
+      uint64_t buf = lanes_be64(a) << (pos[k] & 7);
+      uint8_t* o = out + size_t(k) * stride + done[k];
+      uint32_t used = 0;
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t e = t.pair[buf >> (64 - fmt::kMaxCodeLen)];
+        const uint16_t two = uint16_t(e >> 16);
+        std::memcpy(o, &two, 2);
+        o += (e >> 8) & 3;
+        buf <<= e & 63;
+        used += e & 63;
+      }
+      pos[k] += used;
+      done[k] = uint32_t(o - (out + size_t(k) * stride));
+    }
+  }
+  for (int k = 0; k < N; ++k) {
+    uint8_t* o = out + size_t(k) * stride;
+    for (uint32_t j = done[k]; j < count; ++j) {
+      const uint8_t* a = base[k] + (pos[k] >> 3);
+      a = a < limit ? a : limit;
+      const uint16_t e = t.single[(lanes_be64(a) << (pos[k] & 7)) >> (64 - fmt::kMaxCodeLen)];
+      o[j] = uint8_t(e);
+      pos[k] += e >> 8;
+    }
+    pos_out[k] = pos[k];
+  }
+}
+
+// A lane is valid when it used exactly its bytes and its padding bits are zero.
+inline bool lane_ok(const uint8_t* base, uint32_t bytes, uint64_t pos) {
+  if ((pos + 7) / 8 != bytes) return false;
+  return (pos & 7) == 0 || (base[bytes - 1] & (0xFFu >> (pos & 7))) == 0;
+}
+
+inline uint32_t lane_count(uint32_t m, uint32_t per, int k) {
+  const uint32_t first = uint32_t(k) * per;
+  return first < m ? (m - first < per ? m - first : per) : 0;
+}
+
+size_t lanes_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out, size_t cap,
+                    uint16_t* lane_bytes) {
+  EncodeTable t;
+  for (int s = 0; s < 256; ++s) {
+    t.len[s] = code.len_of[s];
+    t.left[s] = code.len_of[s] ? uint64_t(code.code_of[s]) << (64 - code.len_of[s]) : 0;
+  }
+  const uint32_t per = fmt::lane_elems(m, lanes);
+  // Each lane is written to its own scratch slot (lengths are known only afterwards), then packed.
+  const size_t slot = (size_t(per) * fmt::kMaxCodeLen + 7) / 8 + 16;
+  alignas(64) uint8_t scratch[fmt::kMaxLaneBytes + 32 * fmt::kMaxLanes];
+  size_t total = 0;
+  for (int k0 = 0; k0 < lanes; k0 += 4) {
+    const int n = lanes - k0 < 4 ? lanes - k0 : 4;
+    BitWriter w[4];
+    uint32_t cnt[4];
+    for (int j = 0; j < n; ++j) {
+      cnt[j] = lane_count(m, per, k0 + j);
+      w[j] = {0, 0, scratch + size_t(k0 + j) * slot};
+    }
+    if (n == 4 && cnt[3] == cnt[0]) {
+      encode_group<4>(sym + size_t(k0) * per, per, cnt[0], t, w);
+    } else {
+      for (int j = 0; j < n; ++j) {
+        if (cnt[j]) encode_group<1>(sym + size_t(k0 + j) * per, per, cnt[j], t, &w[j]);
+      }
+    }
+    for (int j = 0; j < n; ++j) {
+      const size_t bytes = size_t(w[j].out - (scratch + size_t(k0 + j) * slot));
+      if (total + bytes > cap) return SIZE_MAX;
+      std::memcpy(out + total, scratch + size_t(k0 + j) * slot, bytes);
+      lane_bytes[k0 + j] = uint16_t(bytes);
+      total += bytes;
+    }
+  }
+  return total;
+}
+
+bool lanes_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const DecodeTable& t, uint32_t m,
+                  uint8_t* out, const uint8_t* readable_end) {
+  const uint32_t per = fmt::lane_elems(m, lanes);
+  const uint8_t* limit = readable_end - 8;
+  const uint8_t* base[fmt::kMaxLanes];
+  const uint8_t* p = in;
+  for (int k = 0; k < lanes; ++k) {
+    // A lane never holds more than 11 bits per element: bounds every read below.
+    if (lane_bytes[k] > (uint64_t(lane_count(m, per, k)) * fmt::kMaxCodeLen + 7) / 8) return false;
+    base[k] = p, p += lane_bytes[k];
+  }
+  for (int k0 = 0; k0 < lanes; k0 += 4) {
+    const int n = lanes - k0 < 4 ? lanes - k0 : 4;
+    uint64_t pos[4];
+    if (n == 4 && lane_count(m, per, k0 + 3) == per && base[k0 + 3] + lane_bytes[k0 + 3] <= limit) {
+      decode_group<4>(base + k0, per, t, out + size_t(k0) * per, per, limit, pos);
+    } else {
+      for (int j = 0; j < n; ++j) {
+        const int k = k0 + j;
+        const uint32_t cnt = lane_count(m, per, k);
+        uint8_t* o = out + (cnt ? size_t(k) * per : 0);
+        if (base[k] + lane_bytes[k] > limit) {
+          // The frame's last bytes: decode from a zero-padded copy so 8-byte loads stay inside.
+          alignas(64) uint8_t pad[fmt::kMaxLaneBytes + 16];
+          std::memcpy(pad, base[k], lane_bytes[k]);
+          std::memset(pad + lane_bytes[k], 0, 16);
+          const uint8_t* b = pad;
+          decode_group<1>(&b, cnt, t, o, 0, pad + lane_bytes[k] + 8, &pos[j]);
+        } else {
+          decode_group<1>(&base[k], cnt, t, o, 0, limit, &pos[j]);
+        }
+      }
+    }
+    for (int j = 0; j < n; ++j) {
+      if (!lane_ok(base[k0 + j], lane_bytes[k0 + j], pos[j])) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace

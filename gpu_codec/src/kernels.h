@@ -1,0 +1,46 @@
+// Per-block kernels with a scalar reference and SIMD variants, chosen once at run time.
+// Every variant produces exactly the same bytes; tests compare them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "huffman.h"
+
+namespace zipccl {
+namespace codec {
+
+struct Kernels {
+  const char* name;
+  // Splits m 16-bit elements into planes p0, p1 (FORMAT.md "Planes").
+  void (*split16)(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1);
+  void (*merge16)(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst);
+  void (*split32)(const uint8_t* src, uint32_t m, uint8_t* const* planes);
+  void (*merge32)(const uint8_t* const* planes, uint32_t m, uint8_t* dst);
+  // freq[256] = counts of the m bytes.
+  void (*histogram)(const uint8_t* p, uint32_t m, uint32_t* freq);
+  // Codes m symbols as `lanes` lane streams (FORMAT.md "Huffman plane") written back to back at
+  // out; lane_bytes[k] receives lane k's length. Returns the total, or SIZE_MAX if it would exceed
+  // cap (nothing is written past out + cap).
+  size_t (*huff_encode)(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out,
+                        size_t cap, uint16_t* lane_bytes);
+  // Decodes m symbols from back-to-back lane streams at `in`. Reads stay below readable_end (which
+  // is >= the streams' end). False if any lane is inconsistent with its length.
+  bool (*huff_decode)(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const DecodeTable& table,
+                      uint32_t m, uint8_t* out, const uint8_t* readable_end);
+};
+
+// The scalar kernel set's lane coder (huff_lanes.h), exported for tests.
+size_t huff_encode_lanes(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out,
+                         size_t cap, uint16_t* lane_bytes);
+bool huff_decode_lanes(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const DecodeTable& table,
+                       uint32_t m, uint8_t* out, const uint8_t* readable_end);
+
+const Kernels& scalar_kernels();
+// nullptr when this build or CPU has no AVX2.
+const Kernels* avx2_kernels();
+// The fastest variant this CPU runs, or the scalar one when force_scalar.
+const Kernels& select_kernels(bool force_scalar);
+
+}  // namespace codec
+}  // namespace zipccl

@@ -1,0 +1,80 @@
+// Scalar reference kernels: the definition every SIMD and GPU variant is tested against.
+#include <cstring>
+
+#include "huff_lanes.h"
+#include "kernels.h"
+
+namespace zipccl {
+namespace codec {
+using namespace fmt;
+
+namespace {
+
+void split16(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1) {
+  for (uint32_t i = 0; i < m; ++i) {
+    const uint16_t v = load_le16(src + 2 * i);
+    p0[i] = split16_p0(v);
+    p1[i] = split16_p1(v);
+  }
+}
+
+void merge16(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
+  for (uint32_t i = 0; i < m; ++i) store_le16(dst + 2 * i, fmt::merge16(p0[i], p1[i]));
+}
+
+void split32(const uint8_t* src, uint32_t m, uint8_t* const* p) {
+  for (uint32_t i = 0; i < m; ++i) {
+    const uint32_t v = load_le32(src + 4 * i);
+    p[0][i] = split32_p0(v);
+    p[1][i] = split32_p1(v);
+    p[2][i] = uint8_t(v >> 8);
+    p[3][i] = uint8_t(v);
+  }
+}
+
+void merge32(const uint8_t* const* p, uint32_t m, uint8_t* dst) {
+  for (uint32_t i = 0; i < m; ++i) store_le32(dst + 4 * i, fmt::merge32(p[0][i], p[1][i], p[2][i], p[3][i]));
+}
+
+void histogram(const uint8_t* p, uint32_t m, uint32_t* freq) {
+  // Four sub-histograms: runs of equal bytes (the common case for exponents) would otherwise
+  // serialise on one counter.
+  uint32_t h[4][256];
+  std::memset(h, 0, sizeof(h));
+  uint32_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    h[0][p[i]]++;
+    h[1][p[i + 1]]++;
+    h[2][p[i + 2]]++;
+    h[3][p[i + 3]]++;
+  }
+  for (; i < m; ++i) h[0][p[i]]++;
+  for (int s = 0; s < 256; ++s) freq[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
+}
+
+const Kernels kScalar = {"scalar", split16, merge16, split32, merge32, histogram, huff_encode_lanes, huff_decode_lanes};
+
+}  // namespace
+
+size_t huff_encode_lanes(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out,
+                         size_t cap, uint16_t* lane_bytes) {
+  return lanes_encode(sym, m, code, lanes, out, cap, lane_bytes);
+}
+
+bool huff_decode_lanes(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const DecodeTable& table,
+                       uint32_t m, uint8_t* out, const uint8_t* readable_end) {
+  return lanes_decode(in, lane_bytes, lanes, table, m, out, readable_end);
+}
+
+const Kernels& scalar_kernels() { return kScalar; }
+
+const Kernels& select_kernels(bool force_scalar) {
+  static const Kernels* best = [] {
+    const Kernels* k = avx2_kernels();
+    return k ? k : &kScalar;
+  }();
+  return force_scalar ? kScalar : *best;
+}
+
+}  // namespace codec
+}  // namespace zipccl

@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "huffman.h"
+
+namespace zipccl {
+namespace codec {
+namespace {
+
+uint32_t kraft_units(const HuffCode& c) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < c.nsym; ++i) {
+    if (c.len[i]) k += 1u << (fmt::kMaxCodeLen - c.len[i]);
+  }
+  return k;
+}
+
+TEST(Huffman, CompleteAndLimitedOnRandomHistograms) {
+  std::mt19937 rng(1);
+  for (int trial = 0; trial < 2000; ++trial) {
+    uint32_t freq[256] = {0};
+    const int nsym = 2 + int(rng() % 255);
+    const int shape = trial % 3;
+    for (int i = 0; i < nsym; ++i) {
+      const uint32_t s = rng() % 256;
+      freq[s] += shape == 0 ? 1 + rng() % 1000 : shape == 1 ? (1u << (rng() % 24)) : 1 + (rng() % 3);
+    }
+    int present = 0;
+    for (uint32_t f : freq) present += f != 0;
+    if (present < 2) continue;
+    HuffCode c;
+    const uint64_t bits = build_huffman(freq, &c);
+    EXPECT_EQ(kraft_units(c), fmt::kTableSize) << "trial " << trial;
+    uint64_t check = 0;
+    for (int s = 0; s < 256; ++s) {
+      if (freq[s]) {
+        ASSERT_GE(c.len_of[s], 1);
+        ASSERT_LE(c.len_of[s], fmt::kMaxCodeLen);
+      } else {
+        ASSERT_EQ(c.len_of[s], 0);
+      }
+      check += uint64_t(freq[s]) * c.len_of[s];
+    }
+    EXPECT_EQ(bits, check);
+    // The decode table built from the descriptor maps every code back to its symbol.
+    uint8_t desc[256];
+    const size_t dbytes = write_huff_desc(c, desc);
+    DecodeTable table;
+    uint32_t lo, nsym2;
+    ASSERT_EQ(read_huff_desc(desc, dbytes, &lo, &nsym2, &table), dbytes);
+    for (int s = 0; s < 256; ++s) {
+      if (!freq[s]) continue;
+      const uint32_t window = uint32_t(c.code_of[s]) << (fmt::kMaxCodeLen - c.len_of[s]);
+      ASSERT_EQ(table.single[window] & 0xFF, s);
+      ASSERT_EQ(table.single[window] >> 8, c.len_of[s]);
+    }
+  }
+}
+
+TEST(Huffman, WithinOnePercentOfEntropyOnGaussianExponents) {
+  // Exponent histogram of N(0,1) in bf16: P(exponent e) ~ mass of |x| in [2^(e-127), 2^(e-126)).
+  uint32_t freq[256] = {0};
+  double h = 0, total = 0;
+  for (int e = 60; e < 130; ++e) {
+    const double a = std::ldexp(1.0, e - 127), b = 2 * a;
+    const double p = std::erf(b / std::sqrt(2.0)) - std::erf(a / std::sqrt(2.0));
+    freq[e] = uint32_t(p * 1e6 + 1);
+    total += freq[e];
+  }
+  for (int e = 0; e < 256; ++e) {
+    if (freq[e]) h -= freq[e] / total * std::log2(freq[e] / total);
+  }
+  HuffCode c;
+  const double avg = double(build_huffman(freq, &c)) / total;
+  EXPECT_NEAR(h, 2.55, 0.1);
+  EXPECT_LT(avg, h + 0.1);  // Huffman's redundancy here: < 0.1 bit of ~10.6 bits per element
+}
+
+TEST(Huffman, RejectsInvalidDescriptors) {
+  DecodeTable table;
+  uint32_t lo, nsym;
+  // lo + nsym > 256
+  const uint8_t over[] = {200, 99, 0x11, 0x11};
+  EXPECT_EQ(read_huff_desc(over, sizeof(over), &lo, &nsym, &table), 0u);
+  // Incomplete code (one symbol of length 1).
+  const uint8_t incomplete[] = {10, 1, 0x01};
+  EXPECT_EQ(read_huff_desc(incomplete, sizeof(incomplete), &lo, &nsym, &table), 0u);
+  // Oversubscribed (three codes of length 1).
+  const uint8_t over_sub[] = {10, 2, 0x11, 0x01};
+  EXPECT_EQ(read_huff_desc(over_sub, sizeof(over_sub), &lo, &nsym, &table), 0u);
+  // Length 12 > limit.
+  const uint8_t too_long[] = {0, 1, 0xC1};
+  EXPECT_EQ(read_huff_desc(too_long, sizeof(too_long), &lo, &nsym, &table), 0u);
+  // Odd alphabet with a non-zero unused nibble.
+  const uint8_t junk_nibble[] = {0, 2, 0x11, 0x10};
+  EXPECT_EQ(read_huff_desc(junk_nibble, sizeof(junk_nibble), &lo, &nsym, &table), 0u);
+  // Valid: two symbols of length 1.
+  const uint8_t ok[] = {5, 1, 0x11};
+  EXPECT_EQ(read_huff_desc(ok, sizeof(ok), &lo, &nsym, &table), 3u);
+  EXPECT_EQ(read_huff_desc(ok, 2, &lo, &nsym, &table), 0u);  // truncated
+}
+
+}  // namespace
+}  // namespace codec
+}  // namespace zipccl

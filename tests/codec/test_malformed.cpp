@@ -1,0 +1,133 @@
+// Frames from the network are untrusted: every corruption is an error or a (by chance valid)
+// frame of the stated size; never a crash, never a write past the output.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "format.h"
+#include "test_data.h"
+#include "zipccl/codec.h"
+
+namespace zipccl {
+namespace codec {
+namespace {
+
+std::vector<uint8_t> make_frame(const std::vector<uint8_t>& in, ElemType t) {
+  std::vector<uint8_t> f(max_encoded_size(in.size()));
+  size_t n = 0;
+  EncodeOptions eo;
+  eo.type = t;
+  EXPECT_EQ(encode(in.data(), in.size(), f.data(), f.size(), &n, eo), Status::kOk);
+  f.resize(n);
+  return f;
+}
+
+// Decodes into an exactly-sized heap buffer (ASan catches any overflow) behind a guard check.
+Status try_decode(const std::vector<uint8_t>& frame, size_t cap) {
+  std::vector<uint8_t> out(cap + 16, 0x5A);
+  size_t got = 0;
+  Status s = decode(frame.data(), frame.size(), out.data(), cap, &got);
+  for (size_t i = cap; i < cap + 16; ++i) EXPECT_EQ(out[i], 0x5A);
+  if (s == Status::kOk) {
+    EXPECT_LE(got, cap);
+  }
+  return s;
+}
+
+TEST(Malformed, EveryTruncationIsAnError) {
+  auto in = testing::gaussian_bf16(3000, 1.0, 1);
+  auto f = make_frame(in, ElemType::kBf16);
+  for (size_t len = 0; len < f.size(); ++len) {
+    std::vector<uint8_t> t(f.begin(), f.begin() + len);
+    EXPECT_NE(try_decode(t, in.size()), Status::kOk) << "len " << len;
+  }
+  std::vector<uint8_t> longer = f;
+  longer.push_back(0);
+  EXPECT_EQ(try_decode(longer, in.size()), Status::kCorrupt);
+}
+
+TEST(Malformed, HeaderFieldsAreChecked) {
+  auto in = testing::gaussian_bf16(5000, 1.0, 2);
+  auto f = make_frame(in, ElemType::kBf16);
+  auto bad = f;
+  bad[0] ^= 1;
+  EXPECT_EQ(try_decode(bad, in.size()), Status::kBadMagic);
+  bad = f, bad[4] = 2;
+  EXPECT_EQ(try_decode(bad, in.size()), Status::kBadVersion);
+  bad = f, bad[5] = 3;
+  EXPECT_EQ(try_decode(bad, in.size()), Status::kCorrupt);
+  bad = f, bad[6] = 4;
+  EXPECT_EQ(try_decode(bad, in.size()), Status::kCorrupt);
+  bad = f, bad[7] = 9;
+  EXPECT_EQ(try_decode(bad, in.size()), Status::kCorrupt);
+  bad = f, bad[7] = 15;
+  EXPECT_EQ(try_decode(bad, in.size()), Status::kCorrupt);
+  bad = f, bad[20] = 7;  // lanes_log2 > 6
+  EXPECT_EQ(try_decode(bad, in.size()), Status::kCorrupt);
+  bad = f, bad[21] = 1;  // reserved
+  EXPECT_EQ(try_decode(bad, in.size()), Status::kCorrupt);
+  bad = f, bad[16] += 1;  // block count disagrees with the size
+  EXPECT_EQ(try_decode(bad, in.size()), Status::kCorrupt);
+  bad = f, fmt::store_le64(bad.data() + 8, 1ull << 40);  // lying size
+  EXPECT_NE(try_decode(bad, in.size()), Status::kOk);
+  bad = f, fmt::store_le64(bad.data() + 8, in.size() - 2);  // one element fewer
+  EXPECT_NE(try_decode(bad, in.size()), Status::kOk);
+  EXPECT_EQ(try_decode(f, in.size() - 1), Status::kDstTooSmall);
+  EXPECT_EQ(try_decode(f, in.size()), Status::kOk);
+}
+
+TEST(Malformed, RandomByteFlipsNeverCrash) {
+  std::mt19937 rng(3);
+  const std::vector<uint8_t> inputs[] = {testing::gaussian_bf16(9000, 1.0, 4),
+                                         testing::gaussian_fp32(5000, 1.0, 5, true),
+                                         testing::special_bf16(7001, 6)};
+  for (const auto& in : inputs) {
+    for (ElemType t : {ElemType::kBf16, ElemType::kFp32}) {
+      auto f = make_frame(in, t);
+      for (int trial = 0; trial < 3000; ++trial) {
+        auto bad = f;
+        const int flips = 1 + int(rng() % 4);
+        for (int i = 0; i < flips; ++i) bad[rng() % bad.size()] ^= uint8_t(1u << (rng() % 8));
+        const Status s = try_decode(bad, in.size());
+        if (s == Status::kOk) continue;  // a flip in raw plane bytes is a valid, different frame
+        EXPECT_NE(s, Status::kInvalidArgument);
+      }
+    }
+  }
+}
+
+TEST(Malformed, GarbageNeverDecodes) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::vector<uint8_t> g(size_t(rng() % 200));
+    for (auto& b : g) b = uint8_t(rng());
+    if (g.size() >= 5 && trial % 2) {
+      fmt::store_le32(g.data(), fmt::kMagic);
+      g[4] = fmt::kVersion;
+    }
+    std::vector<uint8_t> out(64);
+    size_t got;
+    const Status s = decode(g.data(), g.size(), out.data(), out.size(), &got);
+    if (s == Status::kOk) {
+      EXPECT_LE(got, out.size());
+    }
+  }
+}
+
+TEST(Malformed, NullAndBadArguments) {
+  size_t got;
+  uint8_t buf[64];
+  EXPECT_EQ(decode(nullptr, 10, buf, 64, &got), Status::kInvalidArgument);
+  EXPECT_EQ(decode(buf, 0, buf, 64, nullptr), Status::kInvalidArgument);
+  EXPECT_EQ(encode(nullptr, 10, buf, 64, &got), Status::kInvalidArgument);
+  EncodeOptions eo;
+  eo.block_log2 = 9;
+  EXPECT_EQ(encode(buf, 10, buf, 64, &got, eo), Status::kInvalidArgument);
+  eo.block_log2 = 0;
+  eo.threads = 0;
+  EXPECT_EQ(encode(buf, 10, buf, 64, &got, eo), Status::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace codec
+}  // namespace zipccl

@@ -1,0 +1,203 @@
+// Round-trip properties: every input byte string comes back bit-exact, whatever its type, size,
+// alignment, distribution, thread count or SIMD path.
+#include <gtest/gtest.h>
+
+#include "test_data.h"
+#include "zipccl/codec.h"
+
+namespace zipccl {
+namespace codec {
+namespace {
+
+using testing::gaussian_bf16;
+
+struct Result {
+  std::vector<uint8_t> frame;
+  std::vector<uint8_t> back;
+};
+
+Result round_trip(const uint8_t* src, size_t n, const EncodeOptions& eo, const DecodeOptions& dopt = {}) {
+  Result r;
+  r.frame.resize(max_encoded_size(n));
+  size_t fsize = 0;
+  EXPECT_EQ(encode(src, n, r.frame.data(), r.frame.size(), &fsize, eo), Status::kOk);
+  EXPECT_LE(fsize, max_encoded_size(n));
+  r.frame.resize(fsize);
+  // A decode buffer with a guard zone: nothing past the original size may be written.
+  r.back.assign(n + 64, 0xA5);
+  size_t out = 0;
+  EXPECT_EQ(decode(r.frame.data(), fsize, r.back.data(), n, &out, dopt), Status::kOk);
+  EXPECT_EQ(out, n);
+  for (size_t i = n; i < n + 64; ++i) EXPECT_EQ(r.back[i], 0xA5) << "wrote past the output at " << i;
+  r.back.resize(n);
+  return r;
+}
+
+void expect_round_trip(const std::vector<uint8_t>& in, ElemType t, const char* what) {
+  for (bool scalar : {false, true}) {
+    EncodeOptions eo;
+    eo.type = t;
+    eo.force_scalar = scalar;
+    DecodeOptions dopt;
+    dopt.force_scalar = !scalar;  // cross: SIMD-encoded frames decoded by scalar code and back
+    Result r = round_trip(in.data(), in.size(), eo, dopt);
+    ASSERT_TRUE(r.back == in) << what << " type=" << elem_type_name(t) << " n=" << in.size()
+                              << " scalar=" << scalar;
+  }
+}
+
+const ElemType kTypes[] = {ElemType::kAuto, ElemType::kBf16, ElemType::kFp16, ElemType::kFp32};
+
+TEST(RoundTrip, EdgeSizesEveryType) {
+  const size_t sizes[] = {0, 1, 2, 3, 4, 5, 7, 63, 64, 65, 127, 2047, 2048, 2049, 8191, 8192, 8193,
+                          4096 * 2 - 2, 4096 * 2 + 2, 4096 * 4 + 1, 4096 * 4 * 3 + 3, 100003};
+  for (size_t n : sizes) {
+    auto in = gaussian_bf16((n + 1) / 2, 1.0, uint32_t(n));
+    in.resize(n);
+    for (ElemType t : kTypes) expect_round_trip(in, t, "gaussian");
+  }
+}
+
+TEST(RoundTrip, BlockBoundariesForEachBlockSize) {
+  for (int bl = 10; bl <= 14; ++bl) {
+    const size_t block = size_t(1) << bl;
+    for (size_t elems : {block - 1, block, block + 1, 3 * block + 31, 3 * block + 33}) {
+      auto in = gaussian_bf16(elems, 0.02, uint32_t(bl * 1000 + elems));
+      EncodeOptions eo;
+      eo.type = ElemType::kBf16;
+      eo.block_log2 = bl;
+      Result r = round_trip(in.data(), in.size(), eo);
+      ASSERT_TRUE(r.back == in) << "block_log2=" << bl << " elems=" << elems;
+    }
+  }
+}
+
+TEST(RoundTrip, Distributions) {
+  const size_t n = 300000;
+  expect_round_trip(gaussian_bf16(n, 1e-3, 1), ElemType::kBf16, "gauss 1e-3");
+  expect_round_trip(gaussian_bf16(n, 1e3, 2), ElemType::kBf16, "gauss 1e3");
+  expect_round_trip(testing::gaussian_fp16(n, 1.0, 3), ElemType::kFp16, "fp16");
+  expect_round_trip(testing::gaussian_fp32(n, 1.0, 4, false), ElemType::kFp32, "fp32");
+  expect_round_trip(testing::gaussian_fp32(n, 1.0, 5, true), ElemType::kFp32, "fp32 zero low");
+  expect_round_trip(testing::special_bf16(n, 6), ElemType::kBf16, "specials");
+  expect_round_trip(testing::random_bytes(2 * n + 1, 7), ElemType::kAuto, "random");
+  expect_round_trip(std::vector<uint8_t>(2 * n, 0), ElemType::kAuto, "zeros");
+  expect_round_trip(std::vector<uint8_t>(2 * n + 1, 0x3F), ElemType::kBf16, "repeated odd");
+  // Interpreting data as the wrong type must still be lossless.
+  expect_round_trip(testing::gaussian_fp32(n, 1.0, 8, false), ElemType::kBf16, "fp32 as bf16");
+  expect_round_trip(gaussian_bf16(n, 1.0, 9), ElemType::kFp32, "bf16 as fp32");
+}
+
+TEST(RoundTrip, EveryBf16PatternAndSkewedAlphabets) {
+  std::vector<uint8_t> all(2 * 65536);
+  for (uint32_t v = 0; v < 65536; ++v) all[2 * v] = uint8_t(v), all[2 * v + 1] = uint8_t(v >> 8);
+  expect_round_trip(all, ElemType::kBf16, "all patterns");
+  // Two symbols, one very rare; and long runs.
+  std::vector<uint8_t> skew(2 * 50000, 0);
+  for (size_t i = 0; i < skew.size(); i += 2) skew[i + 1] = (i % 4001 == 0) ? 0x3F : 0x3E;
+  expect_round_trip(skew, ElemType::kBf16, "two-symbol");
+  // Geometric exponents: forces the 11-bit length limit.
+  std::vector<uint8_t> geo(2 * 200000);
+  std::mt19937 rng(5);
+  for (size_t i = 0; i < geo.size(); i += 2) {
+    int e = 0;
+    while ((rng() & 1) && e < 60) ++e;
+    const uint16_t v = uint16_t(((127 - e) << 7) | (rng() & 0x807F));
+    geo[i] = uint8_t(v), geo[i + 1] = uint8_t(v >> 8);
+  }
+  expect_round_trip(geo, ElemType::kBf16, "geometric");
+}
+
+TEST(RoundTrip, UnalignedInputAndOutput) {
+  auto in = gaussian_bf16(50001, 1.0, 11);
+  for (size_t off = 1; off < 4; ++off) {
+    std::vector<uint8_t> src(in.size() + off);
+    std::memcpy(src.data() + off, in.data(), in.size());
+    std::vector<uint8_t> frame(max_encoded_size(in.size()) + off);
+    size_t fsize = 0;
+    EncodeOptions eo;
+    eo.type = ElemType::kBf16;
+    ASSERT_EQ(encode(src.data() + off, in.size(), frame.data() + off, frame.size() - off, &fsize, eo), Status::kOk);
+    std::vector<uint8_t> back(in.size() + off);
+    size_t out = 0;
+    ASSERT_EQ(decode(frame.data() + off, fsize, back.data() + off, in.size(), &out), Status::kOk);
+    ASSERT_EQ(0, std::memcmp(back.data() + off, in.data(), in.size())) << "offset " << off;
+  }
+}
+
+TEST(RoundTrip, ThreadsGiveIdenticalFrames) {
+  auto in = gaussian_bf16(1 << 20, 0.01, 12);
+  in.resize(in.size() - 3);
+  EncodeOptions one;
+  one.type = ElemType::kBf16;
+  Result a = round_trip(in.data(), in.size(), one);
+  for (int t : {2, 3, 7}) {
+    EncodeOptions eo = one;
+    eo.threads = t;
+    DecodeOptions dopt;
+    dopt.threads = t;
+    Result b = round_trip(in.data(), in.size(), eo, dopt);
+    ASSERT_TRUE(a.frame == b.frame) << "threads=" << t;
+    ASSERT_TRUE(b.back == in);
+  }
+}
+
+TEST(RoundTrip, SimdAndScalarFramesAreIdentical) {
+  for (auto in : {gaussian_bf16(100000, 1.0, 13), testing::gaussian_fp32(70001, 1.0, 14, true),
+                  testing::special_bf16(99999, 15), testing::gaussian_fp16(4097, 1.0, 16)}) {
+    EncodeOptions a, b;
+    b.force_scalar = true;
+    Result ra = round_trip(in.data(), in.size(), a), rb = round_trip(in.data(), in.size(), b);
+    ASSERT_TRUE(ra.frame == rb.frame);
+  }
+}
+
+TEST(Frame, SmallCapacityFallsBackOrFails) {
+  auto in = gaussian_bf16(10000, 1.0, 17);
+  std::vector<uint8_t> frame(in.size() + 24);
+  size_t fsize = 0;
+  // Exactly a raw frame's room: the coded frame fits too (it is smaller), so encode succeeds.
+  ASSERT_EQ(encode(in.data(), in.size(), frame.data(), frame.size(), &fsize), Status::kOk);
+  EXPECT_LT(fsize, in.size());
+  // Random bytes in raw-frame room: a raw frame.
+  auto rnd = testing::random_bytes(10000, 18);
+  ASSERT_EQ(encode(rnd.data(), rnd.size(), frame.data(), rnd.size() + 24, &fsize), Status::kOk);
+  EXPECT_EQ(fsize, rnd.size() + 24);
+  // Too small for anything.
+  EXPECT_EQ(encode(rnd.data(), rnd.size(), frame.data(), 100, &fsize), Status::kDstTooSmall);
+  // Decode into a too-small buffer.
+  ASSERT_EQ(encode(in.data(), in.size(), frame.data(), frame.size(), &fsize), Status::kOk);
+  std::vector<uint8_t> back(in.size());
+  size_t out;
+  EXPECT_EQ(decode(frame.data(), fsize, back.data(), in.size() - 1, &out), Status::kDstTooSmall);
+}
+
+TEST(Frame, RatioOnGaussianIsNearTheBound) {
+  // Not a speed test: the coded size is deterministic. 16/(8+2.55) = 1.517 is the bound.
+  auto in = gaussian_bf16(1 << 20, 1.0, 19);
+  std::vector<uint8_t> frame(max_encoded_size(in.size()));
+  size_t fsize = 0;
+  ASSERT_EQ(encode(in.data(), in.size(), frame.data(), frame.size(), &fsize), Status::kOk);
+  const double ratio = double(in.size()) / fsize;
+  EXPECT_GT(ratio, 1.48);
+  EXPECT_LT(ratio, 1.52);
+  FrameInfo info;
+  ASSERT_EQ(read_frame_info(frame.data(), fsize, &info), Status::kOk);
+  EXPECT_EQ(info.kind, FrameKind::kCoded);
+  EXPECT_EQ(info.type, ElemType::kBf16);
+  EXPECT_EQ(info.frame_size, fsize);
+}
+
+TEST(Frame, ZerosAreOneConstFrameAndRandomIsRaw) {
+  std::vector<uint8_t> zeros(1 << 20, 0), frame(max_encoded_size(1 << 20));
+  size_t fsize = 0;
+  ASSERT_EQ(encode(zeros.data(), zeros.size(), frame.data(), frame.size(), &fsize), Status::kOk);
+  EXPECT_LE(fsize, 28u);
+  auto rnd = testing::random_bytes(1 << 20, 20);
+  ASSERT_EQ(encode(rnd.data(), rnd.size(), frame.data(), frame.size(), &fsize), Status::kOk);
+  EXPECT_LE(fsize, rnd.size() + rnd.size() / 200);
+}
+
+}  // namespace
+}  // namespace codec
+}  // namespace zipccl
