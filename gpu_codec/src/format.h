@@ -104,21 +104,23 @@ ZIPCCL_HD void store_le64(uint8_t* p, uint64_t v) {
 }
 
 // ---- Canonical Huffman code (FORMAT.md "Huffman plane") --------------------------------------
-// Given code lengths for symbols lo..lo+nsym-1 (0 = absent), checks the code is complete
-// (Kraft sum exactly 1, at least two symbols, lengths <= kMaxCodeLen) and fills the decode table:
-// entry[v] for every 11-bit window v = (len << 8) | symbol. Returns false for an invalid code.
-ZIPCCL_HD bool build_decode_table(const uint8_t* lens, uint32_t lo, uint32_t nsym, uint16_t* table) {
-  uint32_t count[kMaxCodeLen + 1] = {0};
+// A code (lengths of symbols lo..lo+nsym-1, 0 = absent) is valid when it is complete: Kraft sum
+// exactly 1, at least two symbols, lengths <= kMaxCodeLen.
+// build_decode_table checks that and fills the single-symbol table: entry[v] for every 11-bit
+// window v = (len << 8) | symbol (the GPU decoder's table). Returns false for an invalid code.
+ZIPCCL_HD bool code_is_valid(const uint8_t* lens, uint32_t nsym) {
+  uint32_t kraft = 0, used = 0;
   for (uint32_t i = 0; i < nsym; ++i) {
     if (lens[i] > kMaxCodeLen) return false;
-    count[lens[i]]++;
+    if (lens[i]) kraft += 1u << (kMaxCodeLen - lens[i]), ++used;
   }
-  uint32_t kraft = 0, used = 0;
-  for (int l = 1; l <= kMaxCodeLen; ++l) {
-    kraft += count[l] << (kMaxCodeLen - l);
-    used += count[l];
-  }
-  if (kraft != kTableSize || used < 2) return false;
+  return kraft == kTableSize && used >= 2;
+}
+
+ZIPCCL_HD bool build_decode_table(const uint8_t* lens, uint32_t lo, uint32_t nsym, uint16_t* table) {
+  if (!code_is_valid(lens, nsym)) return false;
+  uint32_t count[kMaxCodeLen + 1] = {0};
+  for (uint32_t i = 0; i < nsym; ++i) count[lens[i]]++;
   // Canonical order: by length, then by symbol. Codes of length l occupy consecutive ranges of
   // the MSB-first table, so each symbol fills a contiguous run of 2^(11-l) entries.
   uint32_t start[kMaxCodeLen + 2];

@@ -53,12 +53,15 @@ struct BitWriter {
 
 // Lane state lives in locals that are never address-taken, so the byte stores cannot alias it
 // (a char store may alias anything: state behind a pointer would be reloaded after each one).
+// Two lanes per loop keep all state in registers; the chains are short (one add per code), so
+// out-of-order execution overlaps the rest.
 template <int N>
 void encode_group(const uint8_t* sym, uint32_t stride, uint32_t count, const EncodeTable& t, BitWriter* w_io) {
   BitWriter w[N];
   for (int k = 0; k < N; ++k) w[k] = w_io[k];
   uint32_t i = 0;
   for (; i + 4 <= count; i += 4) {
+#pragma GCC unroll 4
     for (int k = 0; k < N; ++k) {
       uint32_t s4;
       std::memcpy(&s4, sym + size_t(k) * stride + i, 4);
@@ -76,51 +79,59 @@ void encode_group(const uint8_t* sym, uint32_t stride, uint32_t count, const Enc
   }
 }
 
-// Decodes `count` symbols of each of N lanes into out + k * stride; pos_out[k] returns the bits
-// each consumed. The pair table decodes up to two symbols per lookup; the last symbols of a lane
-// use the single table so that exactly `count` are written. Load addresses are clamped to `limit`
-// (the last address an 8-byte load may start at): only a malformed lane gets there, and its bit
-// count then fails the caller's check.
+// A lane being decoded: next byte, bit offset in it, output position.
+struct LaneReader {
+  const uint8_t* p;
+  uint32_t bit;
+  uint8_t* o;
+};
+
+// Four pair-table lookups from one 8-byte load: 4 to 8 symbols (57 bits hold four 11-bit codes).
+inline void decode_quad(LaneReader& r, const DecodeTable& t, const uint8_t* limit) {
+  const uint8_t* a = r.p < limit ? r.p : limit;
+  uint64_t buf = lanes_be64(a) << r.bit;
+  uint32_t used = r.bit;
+  uint8_t* o = r.o;
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const zipccl::codec::PairEntry& e = t.pair[buf >> (64 - fmt::kMaxCodeLen)];
+    std::memcpy(o, e.sym, 2);
+    o += e.count;
+    buf <<= e.bits;
+    used += e.bits;
+  }
+  r.o = o;
+  r.p += used >> 3;
+  r.bit = used & 7;
+}
+
+// Decodes lanes [0, N) of `count` symbols each into out + k * count; returns each lane's consumed
+// bits in pos_out. Load addresses are clamped to `limit` (the last address an 8-byte load may
+// start at): only a malformed lane gets there, and its bit count then fails the caller's check.
 template <int N>
-void decode_group(const uint8_t* const* base_in, uint32_t count, const DecodeTable& t, uint8_t* out,
-                  uint32_t stride, const uint8_t* limit, uint64_t* pos_out) {
-  const uint8_t* base[N];
-  uint64_t pos[N];
-  uint32_t done[N];
-  for (int k = 0; k < N; ++k) base[k] = base_in[k], pos[k] = 0, done[k] = 0;
-  // Four lookups per refill produce at most 8 symbols: run while every lane has room for that.
-  for (;;) {
-    bool room = true;
-    for (int k = 0; k < N; ++k) room &= done[k] + 8 <= count;
-    if (!room) break;
-    for (int k = 0; k < N; ++k) {
-      const uint8_t* a = base[k] + (pos[k] >> 3);
-      a = a < limit ? a : limit;
-      uint64_t buf = lanes_be64(a) << (pos[k] & 7);
-      uint8_t* o = out + size_t(k) * stride + done[k];
-      uint32_t used = 0;
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t e = t.pair[buf >> (64 - fmt::kMaxCodeLen)];
-        const uint16_t two = uint16_t(e >> 16);
-        std::memcpy(o, &two, 2);
-        o += (e >> 8) & 3;
-        buf <<= e & 63;
-        used += e & 63;
-      }
-      pos[k] += used;
-      done[k] = uint32_t(o - (out + size_t(k) * stride));
-    }
+void decode_group(const uint8_t* const* base, uint32_t count, const DecodeTable& t, uint8_t* out,
+                  const uint8_t* limit, uint64_t* pos_out) {
+  LaneReader r[N];
+  for (int k = 0; k < N; ++k) r[k] = {base[k], 0, out + size_t(k) * count};
+  // Each quad yields at most 8 symbols, so count / 8 - 1 rounds cannot overrun any lane.
+  const int rounds = int(count / 8) - 1;
+  for (int q = 0; q < rounds; ++q) {
+#pragma GCC unroll 4
+    for (int k = 0; k < N; ++k) decode_quad(r[k], t, limit);
   }
   for (int k = 0; k < N; ++k) {
-    uint8_t* o = out + size_t(k) * stride;
-    for (uint32_t j = done[k]; j < count; ++j) {
-      const uint8_t* a = base[k] + (pos[k] >> 3);
+    uint8_t* end = out + size_t(k) * count + count;
+    while (r[k].o + 8 <= end) decode_quad(r[k], t, limit);
+    // The last symbols one at a time, so that exactly `count` are written.
+    uint64_t pos = uint64_t(r[k].p - base[k]) * 8 + r[k].bit;
+    for (uint8_t* o = r[k].o; o < end; ++o) {
+      const uint8_t* a = base[k] + (pos >> 3);
       a = a < limit ? a : limit;
-      const uint16_t e = t.single[(lanes_be64(a) << (pos[k] & 7)) >> (64 - fmt::kMaxCodeLen)];
-      o[j] = uint8_t(e);
-      pos[k] += e >> 8;
+      const uint8_t s = t.pair[(lanes_be64(a) << (pos & 7)) >> (64 - fmt::kMaxCodeLen)].sym[0];
+      *o = s;
+      pos += t.len_of[s];
     }
-    pos_out[k] = pos[k];
+    pos_out[k] = pos;
   }
 }
 
@@ -155,11 +166,13 @@ size_t lanes_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int la
       cnt[j] = lane_count(m, per, k0 + j);
       w[j] = {0, 0, scratch + size_t(k0 + j) * slot};
     }
-    if (n == 4 && cnt[3] == cnt[0]) {
-      encode_group<4>(sym + size_t(k0) * per, per, cnt[0], t, w);
-    } else {
-      for (int j = 0; j < n; ++j) {
-        if (cnt[j]) encode_group<1>(sym + size_t(k0 + j) * per, per, cnt[j], t, &w[j]);
+    for (int j = 0; j < n; j += 2) {
+      if (j + 1 < n && cnt[j + 1] == cnt[j]) {
+        encode_group<2>(sym + size_t(k0 + j) * per, per, cnt[j], t, &w[j]);
+      } else {
+        for (int i = j; i < n && i < j + 2; ++i) {
+          if (cnt[i]) encode_group<1>(sym + size_t(k0 + i) * per, per, cnt[i], t, &w[i]);
+        }
       }
     }
     for (int j = 0; j < n; ++j) {
@@ -188,7 +201,7 @@ bool lanes_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, cons
     const int n = lanes - k0 < 4 ? lanes - k0 : 4;
     uint64_t pos[4];
     if (n == 4 && lane_count(m, per, k0 + 3) == per && base[k0 + 3] + lane_bytes[k0 + 3] <= limit) {
-      decode_group<4>(base + k0, per, t, out + size_t(k0) * per, per, limit, pos);
+      decode_group<4>(base + k0, per, t, out + size_t(k0) * per, limit, pos);
     } else {
       for (int j = 0; j < n; ++j) {
         const int k = k0 + j;
@@ -200,9 +213,9 @@ bool lanes_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, cons
           std::memcpy(pad, base[k], lane_bytes[k]);
           std::memset(pad + lane_bytes[k], 0, 16);
           const uint8_t* b = pad;
-          decode_group<1>(&b, cnt, t, o, 0, pad + lane_bytes[k] + 8, &pos[j]);
+          decode_group<1>(&b, cnt, t, o, pad + lane_bytes[k] + 8, &pos[j]);
         } else {
-          decode_group<1>(&base[k], cnt, t, o, 0, limit, &pos[j]);
+          decode_group<1>(&base[k], cnt, t, o, limit, &pos[j]);
         }
       }
     }

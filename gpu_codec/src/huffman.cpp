@@ -1,6 +1,7 @@
 #include "huffman.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace zipccl {
 namespace codec {
@@ -121,11 +122,20 @@ size_t write_huff_desc(const HuffCode& code, uint8_t* out) {
 
 namespace {
 
+inline void fill(PairEntry* p, uint32_t n, PairEntry v) {
+  uint32_t v1;
+  std::memcpy(&v1, &v, 4);
+  const uint64_t v2 = v1 | (uint64_t(v1) << 32);
+  uint32_t i = 0;
+  for (; i + 2 <= n; i += 2) std::memcpy(p + i, &v2, 8);
+  if (i < n) p[i] = v;
+}
+
 // Fills the pair table by runs: the windows starting with first code c1 (length l1) form a run
 // whose remaining r = 11 - l1 bits are themselves a canonical window of the same code, so each
 // second code c2 with l2 <= r covers a sub-run of 2^(r - l2) entries, and the rest of the run
 // (second code longer than r bits) holds c1 alone.
-void build_pair_table(const uint8_t* lens, uint32_t lo, uint32_t nsym, uint32_t* pair) {
+void build_pair_table(const uint8_t* lens, uint32_t lo, uint32_t nsym, PairEntry* pair) {
   constexpr int kL = fmt::kMaxCodeLen;
   uint32_t sym[256], start[256], count[kL + 2] = {0};
   uint8_t len[256];
@@ -141,16 +151,16 @@ void build_pair_table(const uint8_t* lens, uint32_t lo, uint32_t nsym, uint32_t*
   }
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t l1 = len[i], r = kL - l1;
-    uint32_t* run = pair + start[i];
-    const uint32_t one = l1 | (1u << 8) | (sym[i] << 16);
+    PairEntry* run = pair + start[i];
+    const PairEntry one = {uint8_t(l1), 1, {uint8_t(sym[i]), 0}};
     uint32_t off = 0;
     for (uint32_t j = 0; j < n && len[j] <= r; ++j) {
       const uint32_t sub = 1u << (r - len[j]);
-      const uint32_t two = (l1 + len[j]) | (2u << 8) | (sym[i] << 16) | (sym[j] << 24);
-      for (uint32_t x = 0; x < sub; ++x) run[off + x] = two;
+      const PairEntry two = {uint8_t(l1 + len[j]), 2, {uint8_t(sym[i]), uint8_t(sym[j])}};
+      fill(run + off, sub, two);
       off += sub;
     }
-    for (; off < (1u << r); ++off) run[off] = one;
+    fill(run + off, (1u << r) - off, one);
   }
 }
 
@@ -170,9 +180,10 @@ size_t read_huff_desc(const uint8_t* in, size_t avail, uint32_t* lo, uint32_t* n
   }
   // An odd alphabet leaves the last high nibble unused: it must be zero.
   if ((*nsym & 1) && lens[*nsym] != 0) return 0;
-  if (!fmt::build_decode_table(lens, *lo, *nsym, table->single)) return 0;
-  table->single[fmt::kTableSize] = table->single[fmt::kTableSize + 1] = 0;
+  if (!fmt::code_is_valid(lens, *nsym)) return 0;
   build_pair_table(lens, *lo, *nsym, table->pair);
+  std::memset(table->len_of, 0, sizeof(table->len_of));
+  for (uint32_t i = 0; i < *nsym; ++i) table->len_of[*lo + i] = lens[i];
   return bytes;
 }
 

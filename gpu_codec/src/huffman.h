@@ -24,12 +24,17 @@ struct HuffCode {
 // of the symbols (sum of freq * length), excluding descriptor and stream padding.
 uint64_t build_huffman(const uint32_t* freq, HuffCode* code);
 
-// Decoder tables for one code, indexed by the next 11 bits of a lane (MSB first).
-// single[w] = length << 8 | symbol. pair[w] = bits used (bits 0-5) | symbols (1 or 2, bits 8-9) |
-// first symbol << 16 | second symbol << 24: two codes whenever both fit in the 11-bit window.
+// CPU decoder table for one code, indexed by the next 11 bits of a lane (MSB first), decoding
+// two codes per lookup whenever both fit in the window. Byte fields, so that each is one load
+// with no shifting or masking.
+struct PairEntry {
+  uint8_t bits;   // bits used by the entry's codes
+  uint8_t count;  // symbols in the entry: 1 or 2
+  uint8_t sym[2];
+};
 struct DecodeTable {
-  alignas(64) uint32_t pair[fmt::kTableSize];
-  uint16_t single[fmt::kTableSize + 2];  // + padding for 4-byte loads at the last index
+  alignas(64) PairEntry pair[fmt::kTableSize];
+  uint8_t len_of[256];  // code length by symbol (for decoding a lane's last symbols one by one)
 };
 
 // Descriptor bytes (lo, nsym-1, nibbles) without the lane lengths.

@@ -53,8 +53,15 @@ TEST(Huffman, CompleteAndLimitedOnRandomHistograms) {
     for (int s = 0; s < 256; ++s) {
       if (!freq[s]) continue;
       const uint32_t window = uint32_t(c.code_of[s]) << (fmt::kMaxCodeLen - c.len_of[s]);
-      ASSERT_EQ(table.single[window] & 0xFF, s);
-      ASSERT_EQ(table.single[window] >> 8, c.len_of[s]);
+      ASSERT_EQ(table.pair[window].sym[0], s);
+      ASSERT_EQ(table.len_of[s], c.len_of[s]);
+      // Where a second code fits in the window, the entry holds it too.
+      const PairEntry& e = table.pair[window];
+      ASSERT_TRUE(e.count == 1 ? e.bits == c.len_of[s] : e.bits == c.len_of[s] + c.len_of[e.sym[1]]);
+      // The single-symbol table (GPU decoder) agrees.
+      uint16_t single[fmt::kTableSize];
+      ASSERT_TRUE(fmt::build_decode_table(c.len, c.lo, c.nsym, single));
+      ASSERT_EQ(single[window], uint16_t((c.len_of[s] << 8) | s));
     }
   }
 }

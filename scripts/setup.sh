@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what the build needs (Debian, as root; skipped when already present) and builds zipccl
+# into build/ (Release). Sourced by demo.sh and test.sh; safe to run again.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PACKAGES=(cmake g++ make clang pkg-config libgtest-dev libzstd-dev liblz4-dev libibverbs-dev iproute2)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "zipccl setup: missing packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  echo "zipccl setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# CUDA is optional: nvcc is used when found (compiles here, runs on a GPU machine).
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+JOBS=${JOBS:-$(nproc)}
+log=$(mktemp)
+if ! cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$log" 2>&1; then
+  cat "$log" >&2
+  exit 1
+fi
+rm -f "$log"
+cmake --build build -j"$JOBS"
