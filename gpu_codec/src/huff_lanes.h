@@ -7,6 +7,9 @@
 #pragma once
 
 #include <cstring>
+#if defined(__BMI2__)
+#include <immintrin.h>
+#endif
 
 #include "huffman.h"
 
@@ -50,6 +53,47 @@ struct BitWriter {
     out += (nb + 7) >> 3;
   }
 };
+
+// Pair encoder for alphabets spanning at most 32 values (exponent planes almost always do): two
+// symbols per lookup, indexed by their low 5 bits, which are unique within such a span.
+struct PairEncodeTable {
+  uint64_t left[1024];  // both codes, left-aligned
+  uint8_t len[1024];
+};
+
+inline uint32_t pair_indices(uint32_t s4) {  // -> (s0 | s1 << 5) | (s2 | s3 << 5) << 10
+#if defined(__BMI2__)
+  return _pext_u32(s4, 0x1F1F1F1Fu);
+#else
+  return (s4 & 31) | ((s4 >> 3) & (31 << 5)) | ((s4 >> 6) & (31 << 10)) | ((s4 >> 9) & (31 << 15));
+#endif
+}
+
+template <int N>
+void encode_group_pairs(const uint8_t* sym, uint32_t stride, uint32_t count, const PairEncodeTable& t,
+                        const EncodeTable& single, BitWriter* w_io) {
+  BitWriter w[N];
+  for (int k = 0; k < N; ++k) w[k] = w_io[k];
+  uint32_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+#pragma GCC unroll 4
+    for (int k = 0; k < N; ++k) {
+      uint32_t s4;
+      std::memcpy(&s4, sym + size_t(k) * stride + i, 4);
+      const uint32_t x = pair_indices(s4);
+      w[k].acc |= t.left[x & 1023] >> w[k].nb;
+      w[k].nb += t.len[x & 1023];
+      w[k].acc |= t.left[x >> 10] >> w[k].nb;
+      w[k].nb += t.len[x >> 10];
+      w[k].flush();
+    }
+  }
+  for (int k = 0; k < N; ++k) {
+    for (uint32_t j = i; j < count; ++j) w[k].put(single, sym[size_t(k) * stride + j]);
+    w[k].finish();
+    w_io[k] = w[k];
+  }
+}
 
 // Lane state lives in locals that are never address-taken, so the byte stores cannot alias it
 // (a char store may alias anything: state behind a pointer would be reloaded after each one).
@@ -153,6 +197,20 @@ size_t lanes_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int la
     t.len[s] = code.len_of[s];
     t.left[s] = code.len_of[s] ? uint64_t(code.code_of[s]) << (64 - code.len_of[s]) : 0;
   }
+  // 32 values or fewer: pair table (1024 entries, built only over the symbols present).
+  const bool pairs = code.nsym <= 32;
+  PairEncodeTable pt;
+  if (pairs) {
+    for (uint32_t a = code.lo; a < code.lo + code.nsym; ++a) {
+      if (!t.len[a]) continue;
+      for (uint32_t b = code.lo; b < code.lo + code.nsym; ++b) {
+        if (!t.len[b]) continue;
+        const uint32_t x = (a & 31) | ((b & 31) << 5);
+        pt.left[x] = t.left[a] | (t.left[b] >> t.len[a]);
+        pt.len[x] = uint8_t(t.len[a] + t.len[b]);
+      }
+    }
+  }
   const uint32_t per = fmt::lane_elems(m, lanes);
   // Each lane is written to its own scratch slot (lengths are known only afterwards), then packed.
   const size_t slot = (size_t(per) * fmt::kMaxCodeLen + 7) / 8 + 16;
@@ -168,7 +226,11 @@ size_t lanes_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int la
     }
     for (int j = 0; j < n; j += 2) {
       if (j + 1 < n && cnt[j + 1] == cnt[j]) {
-        encode_group<2>(sym + size_t(k0 + j) * per, per, cnt[j], t, &w[j]);
+        if (pairs) {
+          encode_group_pairs<2>(sym + size_t(k0 + j) * per, per, cnt[j], pt, t, &w[j]);
+        } else {
+          encode_group<2>(sym + size_t(k0 + j) * per, per, cnt[j], t, &w[j]);
+        }
       } else {
         for (int i = j; i < n && i < j + 2; ++i) {
           if (cnt[i]) encode_group<1>(sym + size_t(k0 + i) * per, per, cnt[i], t, &w[i]);
