@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "block.h"
+#include "encoder_policy.h"
 
 namespace zipccl {
 namespace codec {
@@ -13,18 +14,11 @@ using namespace fmt;
 bool all_equal(const uint8_t* p, uint32_t m) { return m < 2 || std::memcmp(p, p + 1, m - 1) == 0; }
 
 // A plane other than the exponent is usually near-random mantissa bits; a histogram of every 8th
-// byte tells cheaply whether a full Huffman pass could pay (order-0 entropy below ~7 bits).
+// byte tells cheaply whether a full Huffman pass could pay.
 bool worth_coding(const uint8_t* p, uint32_t m) {
   uint32_t freq[256] = {0};
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < m; i += 8, ++n) freq[p[i]]++;
-  // Count symbols covering most of the mass: random bytes spread over ~n distinct values; a
-  // plane worth coding concentrates. Cheap proxy for entropy: sum of squares (collision rate).
-  uint64_t sq = 0;
-  for (int s = 0; s < 256; ++s) sq += uint64_t(freq[s]) * freq[s];
-  // Collision probability of uniform bytes is 1/256; 1/128 (~7 bits of Renyi-2 entropy) marks a
-  // plane that Huffman shrinks by more than a few percent.
-  return sq * 128 > uint64_t(n) * n;
+  for (uint32_t i = 0; i < m; i += policy::kScreenStride) freq[p[i]]++;
+  return policy::screen_says_code(freq, policy::screen_samples(m));
 }
 
 struct PlanePlan {
@@ -59,9 +53,7 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
     uint32_t freq[256];
     k.histogram(planes[p], m, freq);
     const uint64_t bits = build_huffman(freq, &codes[p]);
-    // Each lane ends on a byte boundary (~4 bits); keep the code only if it saves >= 3% of the plane.
-    const size_t est = huff_desc_bytes(codes[p].nsym, lanes) + round_up4((bits + lanes * 4 + 7) / 8);
-    if (est * 100 <= raw_plane * 97) plan[p] = {kPlaneHuff, 0, &codes[p]};
+    if (policy::huff_estimate_pays(codes[p].nsym, bits, lanes, m)) plan[p] = {kPlaneHuff, 0, &codes[p]};
   }
 
   for (;;) {
@@ -96,8 +88,7 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
         bytes = m;
       } else if (plan[p].mode == kPlaneHuff) {
         // The stream may use at most what the raw plane would have cost (keeps block_bound true).
-        const size_t desc = huff_desc_bytes(plan[p].code->nsym, lanes);
-        const size_t limit = raw_plane > desc ? ((raw_plane - desc) & ~size_t(3)) : 0;
+        const size_t limit = policy::huff_stream_limit(plan[p].code->nsym, lanes, m);
         const size_t room = pos < cap ? cap - pos : 0;
         uint16_t lane_bytes[kMaxLanes];
         const size_t stream = k.huff_encode(planes[p], m, *plan[p].code, lanes, dst + pos,

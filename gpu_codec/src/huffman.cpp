@@ -3,93 +3,29 @@
 #include <algorithm>
 #include <cstring>
 
+#include "encoder_policy.h"
+
 namespace zipccl {
 namespace codec {
-namespace {
-
-constexpr int kL = fmt::kMaxCodeLen;
-
-struct Leaf {
-  uint32_t freq;
-  uint32_t sym;
-};
-
-// Optimal (unlimited) Huffman lengths for leaves sorted by ascending frequency, by the two-queue
-// method: leaves and internal nodes are both consumed in non-decreasing weight order.
-void huffman_depths(const Leaf* leaf, int n, uint8_t* depth) {
-  if (n < 2) {
-    for (int i = 0; i < n; ++i) depth[i] = 1;
-    return;
-  }
-  uint64_t weight[2 * 256];
-  int parent[2 * 256];
-  int next_leaf = 0, next_node = n, end_node = n;
-  auto take = [&]() {
-    if (next_leaf < n && (next_node >= end_node || leaf[next_leaf].freq <= weight[next_node])) {
-      return next_leaf++;
-    }
-    return next_node++;
-  };
-  for (int i = 0; i < n; ++i) weight[i] = leaf[i].freq;
-  while (end_node < 2 * n - 1) {
-    const int a = take();
-    const int b = take();
-    weight[end_node] = weight[a] + weight[b];
-    parent[a] = parent[b] = end_node;
-    ++end_node;
-  }
-  // Root is the last node; depth of a node = depth of its parent + 1.
-  uint8_t d[2 * 256];
-  d[end_node - 1] = 0;
-  for (int i = end_node - 2; i >= 0; --i) d[i] = uint8_t(std::min(d[parent[i]] + 1, 255));
-  for (int i = 0; i < n; ++i) depth[i] = d[i];
-}
-
-}  // namespace
 
 uint64_t build_huffman(const uint32_t* freq, HuffCode* code) {
-  Leaf leaf[256];
+  uint64_t key[256];
   int n = 0;
   for (uint32_t s = 0; s < 256; ++s) {
-    if (freq[s]) leaf[n++] = {freq[s], s};
+    if (freq[s]) key[n++] = policy::leaf_key(freq[s], s);
   }
-  std::sort(leaf, leaf + n, [](const Leaf& a, const Leaf& b) {
-    return a.freq != b.freq ? a.freq < b.freq : a.sym < b.sym;
-  });
+  policy::sort_leaves(key, n);
+  uint64_t leaf_freq[256];
+  uint32_t leaf_sym[256];
+  for (int i = 0; i < n; ++i) leaf_freq[i] = key[i] >> 8, leaf_sym[i] = uint32_t(key[i] & 0xFF);
+  policy::HuffScratch<uint64_t> scratch;
   uint8_t depth[256];
-  huffman_depths(leaf, n, depth);
-
-  // Length limit: clamp, then lengthen the cheapest codes until the Kraft sum fits, then shorten
-  // the most frequent codes while the slack allows, so the code is exactly complete.
-  int32_t kraft = 0;
-  for (int i = 0; i < n; ++i) {
-    depth[i] = uint8_t(std::min<int>(depth[i], kL));
-    kraft += 1 << (kL - depth[i]);
-  }
-  while (kraft > (1 << kL)) {
-    // Leaves are sorted by ascending frequency: the first one not yet at the limit is cheapest.
-    for (int i = 0; i < n && kraft > (1 << kL); ++i) {
-      if (depth[i] < kL) {
-        kraft -= 1 << (kL - depth[i] - 1);
-        depth[i]++;
-      }
-    }
-  }
-  while (kraft < (1 << kL)) {
-    for (int i = n - 1; i >= 0; --i) {
-      const int gain = 1 << (kL - depth[i]);
-      if (depth[i] > 1 && kraft + gain <= (1 << kL)) {
-        kraft += gain;
-        depth[i]--;
-        break;
-      }
-    }
-  }
+  policy::huffman_limited_depths(leaf_freq, n, &scratch, depth);
 
   uint32_t lo = 255, hi = 0;
   for (int i = 0; i < n; ++i) {
-    lo = std::min(lo, leaf[i].sym);
-    hi = std::max(hi, leaf[i].sym);
+    lo = std::min(lo, leaf_sym[i]);
+    hi = std::max(hi, leaf_sym[i]);
   }
   code->lo = lo;
   code->nsym = hi - lo + 1;
@@ -97,8 +33,8 @@ uint64_t build_huffman(const uint32_t* freq, HuffCode* code) {
   std::fill(code->len_of, code->len_of + 256, uint8_t(0));
   uint64_t bits = 0;
   for (int i = 0; i < n; ++i) {
-    code->len[leaf[i].sym - lo] = depth[i];
-    bits += uint64_t(leaf[i].freq) * depth[i];
+    code->len[leaf_sym[i] - lo] = depth[i];
+    bits += leaf_freq[i] * depth[i];
   }
   uint16_t c[256];
   fmt::assign_codes(code->len, code->nsym, c);

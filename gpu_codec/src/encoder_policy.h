@@ -1,0 +1,153 @@
+// The encoder's choices (FORMAT.md section 6) as host/device functions, so that the CPU encoder and
+// the CUDA encoder make exactly the same decisions and so write byte-identical frames:
+//  - the plane-mode screens (all equal -> CONST; every-8th-byte collision screen; the 97% rule);
+//  - the length-limited Huffman construction, from leaves sorted by (frequency, symbol).
+// Sorting is separate: (frequency, symbol) is a total order, so any correct sort gives the same leaf
+// order. The CPU uses sort_leaves (a heapsort: no std::sort on a device); a thread block ranks
+// leaves in parallel with leaf_rank. Tests check both against each other.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "format.h"
+
+namespace zipccl {
+namespace codec {
+namespace policy {
+
+// Planes other than plane 0 are screened on every kScreenStride-th byte before a full histogram.
+constexpr uint32_t kScreenStride = 8;
+
+ZIPCCL_HD uint32_t screen_samples(uint32_t m) { return (m + kScreenStride - 1) / kScreenStride; }
+
+// True when the sampled histogram says Huffman could pay: collision rate above 1/128 (Renyi-2 entropy
+// below ~7 bits; uniform bytes collide at 1/256).
+ZIPCCL_HD bool screen_says_code(const uint32_t* sample_freq, uint32_t samples) {
+  uint64_t sq = 0;
+  for (int s = 0; s < 256; ++s) sq += uint64_t(sample_freq[s]) * sample_freq[s];
+  return sq * 128 > uint64_t(samples) * samples;
+}
+
+// The 97% rule: HUFF when the estimated plane (descriptor + coded bits + ~4 bits per lane for each
+// lane's last byte) is at most 97% of the raw plane.
+ZIPCCL_HD bool huff_estimate_pays(uint32_t nsym, uint64_t bits, int lanes, uint32_t m) {
+  const size_t raw_plane = fmt::round_up4(m);
+  const size_t est = fmt::huff_desc_bytes(nsym, lanes) + fmt::round_up4((bits + uint64_t(lanes) * 4 + 7) / 8);
+  return est * 100 <= raw_plane * 97;
+}
+
+// Largest lane-stream total a HUFF plane may have: descriptor + padded stream <= raw plane, which
+// keeps every block within fmt::block_bound. Above it the plane goes RAW.
+ZIPCCL_HD size_t huff_stream_limit(uint32_t nsym, int lanes, uint32_t m) {
+  const size_t raw_plane = fmt::round_up4(m);
+  const size_t desc = fmt::huff_desc_bytes(nsym, lanes);
+  return raw_plane > desc ? ((raw_plane - desc) & ~size_t(3)) : 0;
+}
+
+// ---- Leaf order ---------------------------------------------------------------------------------
+// A leaf key orders by frequency, then symbol: (freq << 8) | symbol.
+ZIPCCL_HD uint64_t leaf_key(uint32_t freq, uint32_t sym) { return (uint64_t(freq) << 8) | sym; }
+
+// Position of symbol s (freq[s] > 0) among the present symbols in ascending key order.
+ZIPCCL_HD uint32_t leaf_rank(const uint32_t* freq, uint32_t s) {
+  const uint64_t k = leaf_key(freq[s], s);
+  uint32_t r = 0;
+  for (uint32_t t = 0; t < 256; ++t) r += (freq[t] != 0 && leaf_key(freq[t], t) < k) ? 1u : 0u;
+  return r;
+}
+
+// In-place ascending heapsort of n distinct keys (deterministic, O(n log n), no allocation).
+ZIPCCL_HD void sort_leaves(uint64_t* key, int n) {
+  auto sift = [key](int root, int end) {
+    for (;;) {
+      int child = 2 * root + 1;
+      if (child >= end) return;
+      if (child + 1 < end && key[child + 1] > key[child]) ++child;
+      if (key[root] >= key[child]) return;
+      const uint64_t t = key[root];
+      key[root] = key[child];
+      key[child] = t;
+      root = child;
+    }
+  };
+  for (int i = n / 2 - 1; i >= 0; --i) sift(i, n);
+  for (int end = n - 1; end > 0; --end) {
+    const uint64_t t = key[0];
+    key[0] = key[end];
+    key[end] = t;
+    sift(0, end);
+  }
+}
+
+// ---- Length-limited Huffman depths --------------------------------------------------------------
+// Scratch for one construction; W holds sums of frequencies (uint32_t suffices for one block's
+// histogram, whose total is at most 2^14; the CPU API takes any uint32_t counts and uses uint64_t).
+template <class W>
+struct HuffScratch {
+  W weight[2 * 256];
+  uint16_t parent[2 * 256];
+  uint8_t depth[2 * 256];
+};
+
+// Lengths (1..kMaxCodeLen, a complete code) for n leaves whose frequencies `freq` are sorted by
+// (frequency, symbol) ascending. depth[i] is leaf i's length.
+// Optimal lengths by the two-queue method (leaves and internal nodes are both consumed in
+// non-decreasing weight order; ties take the leaf), then the limit: clamp, lengthen the cheapest
+// codes until the Kraft sum fits, then shorten the most frequent codes while the slack allows.
+template <class W>
+ZIPCCL_HD void huffman_limited_depths(const W* freq, int n, HuffScratch<W>* s, uint8_t* depth) {
+  constexpr int kL = fmt::kMaxCodeLen;
+  if (n < 2) {
+    for (int i = 0; i < n; ++i) depth[i] = 1;
+    return;
+  }
+  int next_leaf = 0, next_node = n, end_node = n;
+  for (int i = 0; i < n; ++i) s->weight[i] = freq[i];
+  while (end_node < 2 * n - 1) {
+    int pick[2];
+    for (int j = 0; j < 2; ++j) {
+      if (next_leaf < n && (next_node >= end_node || freq[next_leaf] <= s->weight[next_node])) {
+        pick[j] = next_leaf++;
+      } else {
+        pick[j] = next_node++;
+      }
+    }
+    s->weight[end_node] = s->weight[pick[0]] + s->weight[pick[1]];
+    s->parent[pick[0]] = s->parent[pick[1]] = uint16_t(end_node);
+    ++end_node;
+  }
+  s->depth[end_node - 1] = 0;
+  for (int i = end_node - 2; i >= 0; --i) {
+    const int d = s->depth[s->parent[i]] + 1;
+    s->depth[i] = uint8_t(d < 255 ? d : 255);
+  }
+
+  int32_t kraft = 0;
+  for (int i = 0; i < n; ++i) {
+    depth[i] = uint8_t(s->depth[i] < kL ? s->depth[i] : kL);
+    kraft += 1 << (kL - depth[i]);
+  }
+  while (kraft > (1 << kL)) {
+    for (int i = 0; i < n && kraft > (1 << kL); ++i) {
+      if (depth[i] < kL) {
+        kraft -= 1 << (kL - depth[i] - 1);
+        depth[i]++;
+      }
+    }
+  }
+  while (kraft < (1 << kL)) {
+    for (int i = n - 1; i >= 0; --i) {
+      const int gain = 1 << (kL - depth[i]);
+      if (depth[i] > 1 && kraft + gain <= (1 << kL)) {
+        kraft += gain;
+        depth[i]--;
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace policy
+}  // namespace codec
+}  // namespace zipccl

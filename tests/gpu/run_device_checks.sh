@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Device checks of the CUDA codec, for a machine with a GPU: build from this tree with the machine's
+# nvcc and cmake (no network), run the GPU and host tests, compute-sanitizer memcheck and racecheck
+# on the GPU tests, then the throughput benchmark, whose table is printed last.
+# Budget: under 8 minutes on an H200 (each step has its own timeout). Usage, from the repo root:
+#   tests/gpu/run_device_checks.sh [build-dir]        (default build-device)
+# Exit status: 0 when every step passed.
+set -u
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+build="${1:-$root/build-device}"
+export PATH="/usr/local/cuda/bin:$PATH"
+status=0
+step() {  # step NAME TIMEOUT_S CMD...
+  local name="$1" limit="$2"
+  shift 2
+  local t0=$SECONDS
+  echo "=== $name (limit ${limit}s)"
+  timeout --kill-after=10 "$limit" "$@"
+  local rc=$?
+  echo "=== $name: rc=$rc, $((SECONDS - t0))s"
+  [ $rc -eq 0 ] || status=1
+  return $rc
+}
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || echo "nvidia-smi unavailable"
+cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')"
+# Build for the architectures of record plus this GPU's, so the tests run native code.
+archs="80-real;90-real;90-virtual"
+[ -n "$cap" ] && [ "$cap" != "80" ] && [ "$cap" != "90" ] && archs="$archs;${cap}-real"
+
+step configure 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DZIPCCL_CUDA=ON \
+  -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF -DZIPCCL_TEST_MODULES=gpu \
+  "-DCMAKE_CUDA_ARCHITECTURES=$archs" || exit 1
+step build 240 cmake --build "$build" -j"$(nproc)" \
+  --target gpu_codec_device_tests gpu_codec_host_tests zipccl_gpu_bench codec_tests || exit 1
+
+tests="$build/tests/gpu/gpu_codec_device_tests"
+step device-tests 90 "$tests" --gtest_brief=1
+step host-tests 90 "$build/tests/gpu/gpu_codec_host_tests" --gtest_brief=1
+step cpu-codec-tests 60 "$build/tests/codec/codec_tests" --gtest_brief=1
+
+# Sanitizers on the small cases (the large ones would take minutes under instrumentation).
+san="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+small='Device.SmallCorpusForSanitizers:Device.MalformedFramesGetCpuStatus:Device.MappedResultsCanBePolled'
+if [ -x "$san" ]; then
+  step memcheck 80 "$san" --tool memcheck --error-exitcode 3 "$tests" --gtest_brief=1 "--gtest_filter=$small"
+  step racecheck 80 "$san" --tool racecheck --racecheck-report hazard --error-exitcode 3 "$tests" --gtest_brief=1 \
+    "--gtest_filter=Device.SmallCorpusForSanitizers"
+  step synccheck 40 "$san" --tool synccheck --error-exitcode 3 "$tests" --gtest_brief=1 \
+    "--gtest_filter=Device.SmallCorpusForSanitizers"
+else
+  echo "compute-sanitizer not found: sanitizer steps skipped"; status=1
+fi
+
+step bench 180 "$build/tests/gpu/zipccl_gpu_bench"
+echo "=== device checks: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
+exit $status
