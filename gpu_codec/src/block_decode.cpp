@@ -17,7 +17,7 @@ bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m,
   size_t stream[4] = {0};
   const int np = type_planes(type);
 
-  if (size < 4) return false;
+  if (size < 4 || size > block_bound(m, np)) return false;
   const uint8_t modes = blk[0];
   if (np == 2 && (modes >> 4)) return false;
   size_t pos = 1;
