@@ -1,0 +1,105 @@
+// Definitions for batch.h.
+#pragma once
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+namespace zipccl::hetero {
+
+namespace detail {
+
+__extension__ typedef __int128 Int128;  // GCC and Clang; __extension__ keeps -Wpedantic quiet
+
+// floor(total * i / k) without overflow: the i-th of k near-equal cut points of [0, total).
+inline std::int64_t split_point(std::int64_t total, std::int64_t i, std::int64_t k) {
+  std::int64_t product = 0;
+  if (!__builtin_mul_overflow(total, i, &product)) return product / k;  // 128-bit division is slow
+  return static_cast<std::int64_t>(static_cast<Int128>(total) * i / k);
+}
+
+}  // namespace detail
+
+inline void validate_batch(const BoundaryBatch& batch) {
+  if (batch.tokens.size() > static_cast<std::size_t>(INT_MAX)) {
+    throw BatchError("a batch may hold at most " + std::to_string(INT_MAX) + " samples (got " +
+                     std::to_string(batch.tokens.size()) + ")");
+  }
+  if (batch.hidden < 1)
+    throw BatchError("hidden size must be at least 1 (got " + std::to_string(batch.hidden) + ")");
+  if (batch.element_size < 1) {
+    throw BatchError("element size must be at least 1 byte (got " + std::to_string(batch.element_size) + ")");
+  }
+  std::int64_t row_bytes = 0, total = 0;
+  if (__builtin_mul_overflow(batch.hidden, batch.element_size, &row_bytes)) {
+    throw BatchError("hidden size * element size overflows 64 bits");
+  }
+  for (std::size_t s = 0; s < batch.tokens.size(); ++s) {
+    std::int64_t n = batch.tokens[s], bytes = 0;
+    if (n < 0) {
+      throw BatchError("sample " + std::to_string(s) + " has a negative token count (" + std::to_string(n) +
+                       ")");
+    }
+    if (__builtin_mul_overflow(n, row_bytes, &bytes) || __builtin_add_overflow(total, bytes, &total)) {
+      throw BatchError("the batch's byte count (tokens * hidden * element size) overflows 64 bits");
+    }
+  }
+}
+
+inline int stored_rows(const Module& m, std::int64_t n, int cp_rank, int tp_rank, RowRange out[2]) {
+  RowRange chunks[2];
+  int count = 0;
+  if (m.cp() == 1) {
+    chunks[count++] = RowRange{0, n};
+  } else {
+    const std::int64_t k = 2 * static_cast<std::int64_t>(m.cp());
+    auto cut = [&](std::int64_t i) { return detail::split_point(n, i, k); };
+    const std::int64_t lo = cp_rank, hi = k - 1 - cp_rank;
+    chunks[count++] = RowRange{cut(lo), cut(lo + 1)};
+    if (chunks[0].end == cut(hi)) {
+      chunks[0].end = cut(hi + 1);  // chunks cp-1 and cp touch: one range
+    } else {
+      chunks[count++] = RowRange{cut(hi), cut(hi + 1)};
+    }
+  }
+  if (m.sequence_parallel()) {
+    std::int64_t local = 0;
+    for (int i = 0; i < count; ++i) local += chunks[i].size();
+    auto cut = [&](std::int64_t t) { return detail::split_point(local, t, m.tp()); };
+    const std::int64_t from = cut(tp_rank), to = cut(tp_rank + 1);
+    // Map the local piece [from, to) back through the chunks.
+    int outs = 0;
+    std::int64_t base = 0;
+    for (int i = 0; i < count; ++i) {
+      const std::int64_t a = std::max(from, base), b = std::min(to, base + chunks[i].size());
+      if (a < b) out[outs++] = RowRange{chunks[i].begin + (a - base), chunks[i].begin + (b - base)};
+      base += chunks[i].size();
+    }
+    return outs;
+  }
+  int outs = 0;
+  for (int i = 0; i < count; ++i) {
+    if (chunks[i].size() > 0) out[outs++] = chunks[i];
+  }
+  return outs;
+}
+
+inline std::vector<BufferSegment> buffer_segments(const Module& m, const BoundaryBatch& batch, int rank) {
+  std::vector<BufferSegment> segments;
+  if (!m.contains(rank)) return segments;
+  const Coords c = m.coords(rank);
+  if (c.pp != m.boundary_stage()) return segments;
+  const SampleRange samples = replica_samples(batch.num_samples(), m.dp(), c.dp);
+  std::int64_t offset = 0;
+  for (int s = samples.begin; s < samples.end; ++s) {
+    RowRange rows[2];
+    const int k = stored_rows(m, batch.tokens[s], c.cp, c.tp, rows);
+    for (int i = 0; i < k; ++i) {
+      segments.push_back(BufferSegment{s, rows[i], offset});
+      offset += rows[i].size() * batch.row_bytes();
+    }
+  }
+  return segments;
+}
+
+}  // namespace zipccl::hetero

@@ -1,0 +1,110 @@
+// Placement: the boundary tensor as one module keeps it, grouped into parties.
+//
+// A party is a set of ranks that keep exactly the same rows of every sample: the tp ranks of one
+// (replica, cp) position without sequence parallelism, or a single rank with it. Parties of one
+// module are disjoint, and for each sample the parties of the sample's replica partition its rows.
+// All members of a party lay out their buffers identically, so offsets are stored once per party.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "zipccl/hetero/batch.h"
+#include "zipccl/hetero/groups.h"
+
+namespace zipccl::hetero::detail {
+
+struct Party {
+  int replica = 0;
+  int cp = 0;
+  int tp = -1;                             // -1: every tp rank of (replica, cp)
+  RankList ranks;                          // ordered by tp coordinate
+  SampleRange samples;                     // the replica's samples
+  std::vector<int> first_range;            // per sample of the replica, +1 at the end: index into ranges
+  std::vector<RowRange> ranges;            // rows kept, sample-major
+  std::vector<std::int64_t> range_offset;  // byte offset of each range in a member's buffer
+  std::int64_t buffer_bytes = 0;
+};
+
+struct Placement {
+  const Module* module = nullptr;
+  std::int64_t row_bytes = 0;
+  int parties_per_replica = 0;
+  std::vector<Party> parties;      // index = (replica * cp + c) * (sp ? tp : 1) + (sp ? t : 0)
+  std::vector<int> party_of_rank;  // per world rank; -1 outside the boundary stage
+
+  int party_index(int replica, int cp, int tp) const {
+    const int per_cp = module->sequence_parallel() ? module->tp() : 1;
+    return (replica * module->cp() + cp) * per_cp + (module->sequence_parallel() ? tp : 0);
+  }
+  // The parties of the replica that holds sample s: [first, first + parties_per_replica).
+  int first_party_of_sample(int num_samples, int s) const {
+    return sample_replica(num_samples, module->dp(), s) * parties_per_replica;
+  }
+  const RowRange* ranges_begin(const Party& p, int s) const {
+    return p.ranges.data() + p.first_range[s - p.samples.begin];
+  }
+  const RowRange* ranges_end(const Party& p, int s) const {
+    return p.ranges.data() + p.first_range[s - p.samples.begin + 1];
+  }
+  // Byte offset of row `row` of sample s in the buffer of any member of party p; the row must be kept.
+  std::int64_t offset(int party, int s, std::int64_t row) const {
+    const Party& p = parties[party];
+    for (int i = p.first_range[s - p.samples.begin]; i < p.first_range[s - p.samples.begin + 1]; ++i) {
+      if (row >= p.ranges[i].begin && row < p.ranges[i].end) {
+        return p.range_offset[i] + (row - p.ranges[i].begin) * row_bytes;
+      }
+    }
+    return -1;
+  }
+};
+
+inline Placement make_placement(const Module& m, const BoundaryBatch& batch, int world_size) {
+  Placement pl;
+  pl.module = &m;
+  pl.row_bytes = batch.row_bytes();
+  const bool sp = m.sequence_parallel();
+  const int per_cp = sp ? m.tp() : 1;
+  pl.parties_per_replica = m.cp() * per_cp;
+  pl.parties.resize(static_cast<std::size_t>(m.dp()) * pl.parties_per_replica);
+  pl.party_of_rank.assign(world_size, -1);
+  const int stage = m.boundary_stage();
+  for (int d = 0; d < m.dp(); ++d) {
+    const SampleRange samples = replica_samples(batch.num_samples(), m.dp(), d);
+    for (int c = 0; c < m.cp(); ++c) {
+      for (int t = 0; t < per_cp; ++t) {
+        const int index = pl.party_index(d, c, t);
+        Party& p = pl.parties[index];
+        p.replica = d;
+        p.cp = c;
+        p.tp = sp ? t : -1;
+        p.samples = samples;
+        if (sp) {
+          p.ranks.push_back(m.rank(Coords{t, c, d, stage}));
+        } else {
+          for (int u = 0; u < m.tp(); ++u) p.ranks.push_back(m.rank(Coords{u, c, d, stage}));
+        }
+        for (int r : p.ranks) pl.party_of_rank[r] = index;
+        p.first_range.reserve(samples.size() + 1);
+        p.ranges.reserve(samples.size());
+        p.range_offset.reserve(samples.size());
+        std::int64_t offset = 0;
+        for (int s = samples.begin; s < samples.end; ++s) {
+          p.first_range.push_back(static_cast<int>(p.ranges.size()));
+          RowRange rows[2];
+          const int k = stored_rows(m, batch.tokens[s], c, sp ? t : 0, rows);
+          for (int i = 0; i < k; ++i) {
+            p.ranges.push_back(rows[i]);
+            p.range_offset.push_back(offset);
+            offset += rows[i].size() * pl.row_bytes;
+          }
+        }
+        p.first_range.push_back(static_cast<int>(p.ranges.size()));
+        p.buffer_bytes = offset;
+      }
+    }
+  }
+  return pl;
+}
+
+}  // namespace zipccl::hetero::detail

@@ -1,0 +1,333 @@
+// Boundary plan properties over thousands of random valid layouts and batches, checked against an
+// independent row-by-row oracle (test_util.h).
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "test_util.h"
+#include "zipccl/hetero/traffic.h"
+
+namespace {
+
+using namespace hetero_test;
+
+// Returns an empty string when the plan meets the contract in plan.h, else the first violation.
+std::string check_plan(const Layout& layout, const BoundaryBatch& batch, const BoundaryPlan& plan) {
+  const Module& src = layout.modules()[plan.source_module];
+  const Module& dst = layout.modules()[plan.destination_module];
+  const Oracle have = make_oracle(layout, src, batch);
+  const Oracle need = make_oracle(layout, dst, batch);
+  const int world = layout.world_size(), n = batch.num_samples();
+  const std::int64_t rb = batch.row_bytes();
+  auto where = [](const Transfer& t) {
+    return " (transfer " + std::to_string(t.src) + "->" + std::to_string(t.dst) + " sample " +
+           std::to_string(t.sample) + " rows " + std::to_string(t.rows.begin) + "-" +
+           std::to_string(t.rows.end) + ")";
+  };
+  for (int r = 0; r < world; ++r) {
+    if (plan.source_bytes[r] != have.buffer_rows[r] * rb) return "source_bytes of rank " + std::to_string(r);
+    if (plan.destination_bytes[r] != need.buffer_rows[r] * rb)
+      return "destination_bytes of rank " + std::to_string(r);
+  }
+  // written[rank][sample][row]: how many transfers wrote it so far.
+  std::vector<std::vector<std::vector<int>>> written(world, std::vector<std::vector<int>>(n));
+  for (int r = 0; r < world; ++r) {
+    for (int s = 0; s < n; ++s) written[r][s].assign(batch.tokens[s], 0);
+  }
+  for (std::size_t phase = 0; phase < plan.phases.size(); ++phase) {
+    std::vector<std::tuple<int, int, std::int64_t>> this_phase;
+    for (const Transfer& t : plan.phases[phase]) {
+      if (t.sample < 0 || t.sample >= n || t.rows.begin < 0 || t.rows.end > batch.tokens[t.sample] ||
+          t.rows.size() <= 0) {
+        return "bad rows" + where(t);
+      }
+      if (t.bytes != t.rows.size() * rb) return "bytes != rows * row_bytes" + where(t);
+      const bool relay = t.src_buffer == BufferKind::destination;
+      if (relay && phase == 0) return "phase 0 reads a destination buffer" + where(t);
+      for (std::int64_t row = t.rows.begin; row < t.rows.end; ++row) {
+        if (!need.has(t.dst, t.sample, row)) return "row not needed by the receiver" + where(t);
+        if (relay) {
+          // Held now only if written by an earlier phase.
+          if (!need.has(t.src, t.sample, row) || written[t.src][t.sample][row] != 1) {
+            return "relay of a row the sender does not hold yet" + where(t);
+          }
+        } else if (!have.has(t.src, t.sample, row)) {
+          return "sender does not hold the row" + where(t);
+        }
+        if (t.src != t.dst && have.has(t.dst, t.sample, row))
+          return "sent a row the receiver holds" + where(t);
+        this_phase.emplace_back(t.dst, t.sample, row);
+      }
+      const Oracle& src_layout = relay ? need : have;
+      if (t.src_offset != src_layout.position(t.src, t.sample, t.rows.begin) * rb)
+        return "src_offset" + where(t);
+      if (t.dst_offset != need.position(t.dst, t.sample, t.rows.begin) * rb) return "dst_offset" + where(t);
+    }
+    for (const auto& [r, s, row] : this_phase) {
+      if (++written[r][s][row] > 1) {
+        return "rank " + std::to_string(r) + " sample " + std::to_string(s) + " row " + std::to_string(row) +
+               " written twice";
+      }
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    for (int s = 0; s < n; ++s) {
+      for (std::int64_t row = 0; row < batch.tokens[s]; ++row) {
+        if (written[r][s][row] != (need.has(r, s, row) ? 1 : 0)) {
+          return "rank " + std::to_string(r) + " sample " + std::to_string(s) + " row " +
+                 std::to_string(row) + " written " + std::to_string(written[r][s][row]) + " times";
+        }
+      }
+    }
+  }
+  return "";
+}
+
+// Received bytes per rank == what it needs and does not hold; direct sends within a row of the bound.
+std::string check_balance(const Layout& layout, const BoundaryBatch& batch, const BoundaryPlan& plan) {
+  const TrafficSummary t = summarize(plan, layout);
+  const LowerBounds lb = lower_bounds(layout, plan.encoder, batch, plan.direction);
+  const Oracle have = make_oracle(layout, layout.modules()[plan.source_module], batch);
+  const Oracle need = make_oracle(layout, layout.modules()[plan.destination_module], batch);
+  std::int64_t missing_max = 0;
+  for (int r = 0; r < layout.world_size(); ++r) {
+    std::int64_t missing = 0;
+    for (int s = 0; s < batch.num_samples(); ++s) {
+      for (std::int64_t row : need.keeps[r][s]) missing += !have.has(r, s, row);
+    }
+    missing *= batch.row_bytes();
+    if (t.ranks[r].received != missing) return "rank " + std::to_string(r) + " receives more than it misses";
+    missing_max = std::max(missing_max, missing);
+  }
+  if (lb.received != missing_max) return "lower bound on received is wrong";
+  if (t.max_received != lb.received) return "max received above the lower bound";
+  if (t.max_sent < lb.sent) return "max sent below a lower bound";
+  if (plan.strategy == Strategy::scatter_allgather) {
+    // Each row enters a replicated receiving party once (none if a member holds it), and members
+    // that hold nothing of the source end up passing on equal shares (within a row each).
+    const Module& dst = layout.modules()[plan.destination_module];
+    const Module& src = layout.modules()[plan.source_module];
+    std::map<std::tuple<int, int, int>, std::vector<int>> parties;  // (replica, cp, tp or -1) -> ranks
+    for (int r = dst.first_rank(); r < dst.end_rank(); ++r) {
+      const Coords c = dst.coords(r);
+      if (c.pp == dst.boundary_stage())
+        parties[{c.dp, c.cp, dst.sequence_parallel() ? c.tp : -1}].push_back(r);
+    }
+    std::map<int, std::tuple<int, int, int>> party_of;
+    for (const auto& [key, ranks] : parties) {
+      for (int r : ranks) party_of[r] = key;
+    }
+    std::map<std::tuple<int, int, int, int, std::int64_t>, int> entered;  // party + sample + row
+    for (const Transfer& x : plan.phases[0]) {
+      if (x.src == x.dst) continue;
+      const auto [d, c, tp] = party_of[x.dst];
+      for (auto row = x.rows.begin; row < x.rows.end; ++row) ++entered[{d, c, tp, x.sample, row}];
+    }
+    for (const auto& [key, ranks] : parties) {
+      bool holds_any = false;
+      for (int r : ranks) holds_any |= src.contains(r);
+      const auto [d, c, tp] = key;
+      for (int s = 0; s < batch.num_samples(); ++s) {
+        for (std::int64_t row : need.keeps[ranks[0]][s]) {
+          bool held = false;
+          for (int r : ranks) held |= have.has(r, s, row);
+          if (entered[{d, c, tp, s, row}] != (held ? 0 : 1)) return "a row entered a party more than once";
+        }
+      }
+      if (holds_any || ranks.size() < 2) continue;
+      std::int64_t lo = INT64_MAX, hi = 0;
+      for (int r : ranks) {
+        std::int64_t relayed = 0;
+        for (const Transfer& x : plan.phases[1]) relayed += x.src == r ? x.bytes : 0;
+        lo = std::min(lo, relayed);
+        hi = std::max(hi, relayed);
+      }
+      if (hi - lo > static_cast<std::int64_t>(ranks.size() - 1) * batch.row_bytes())
+        return "unequal relay shares";
+    }
+  }
+  if (plan.strategy == Strategy::direct) {
+    if (t.max_sent < lb.sent_holders_only) return "direct max sent below the holders-only bound";
+    if (t.max_sent >= lb.sent_holders_only + batch.row_bytes() && t.max_sent > 0) {
+      return "direct max sent " + std::to_string(t.max_sent) + " more than a row above the bound " +
+             std::to_string(lb.sent_holders_only);
+    }
+  }
+  return "";
+}
+
+TEST(HeteroPlan, RandomLayoutsMeetTheContract) {
+  std::mt19937_64 rng(20240601);
+  int cases = 0, relayed = 0, colocated = 0;
+  for (int i = 0; i < 2500; ++i) {
+    Case c = random_case(rng);
+    Layout layout(c.spec);
+    for (int e = 0; e < layout.num_encoders(); ++e) {
+      colocated += layout.colocated(e);
+      for (Strategy st : {Strategy::direct, Strategy::scatter_allgather}) {
+        for (Direction dir : {Direction::forward, Direction::backward}) {
+          const BoundaryPlan plan = plan_boundary(layout, e, c.batch, dir, PlanOptions{st});
+          if (st == Strategy::scatter_allgather && !plan.phases[1].empty()) ++relayed;
+          std::string err = check_plan(layout, c.batch, plan);
+          if (err.empty()) err = check_balance(layout, c.batch, plan);
+          ASSERT_EQ(err, "") << "case " << i << " encoder " << e << " " << direction_name(dir) << " "
+                             << strategy_name(st) << ": " << c.describe();
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(relayed, 500);  // the generator reaches both strategies' interesting paths
+  EXPECT_GT(colocated, 300);
+  EXPECT_GT(cases, 10000);
+}
+
+// The backward delivers to exactly the copies the forward read from (every encoder rank that kept
+// the activation), and the forward writes exactly where the backward reads: the two plans are each
+// other's reverse on the layout, with their own choice of which copy to read.
+TEST(HeteroPlan, AutomaticKeepsTheLighterPlan) {
+  std::mt19937_64 rng(31);
+  int relay_chosen = 0, direct_chosen = 0;
+  for (int i = 0; i < 400; ++i) {
+    Case c = random_case(rng);
+    Layout layout(c.spec);
+    for (Direction dir : {Direction::forward, Direction::backward}) {
+      const BoundaryPlan a = plan_boundary(layout, 0, c.batch, dir, PlanOptions{Strategy::automatic});
+      const std::int64_t direct =
+          summarize(plan_boundary(layout, 0, c.batch, dir, PlanOptions{Strategy::direct}), layout).max_sent;
+      const std::int64_t relay =
+          summarize(plan_boundary(layout, 0, c.batch, dir, PlanOptions{Strategy::scatter_allgather}), layout)
+              .max_sent;
+      ASSERT_EQ(summarize(a, layout).max_sent, std::min(direct, relay)) << c.describe();
+      ASSERT_EQ(a.strategy, relay < direct ? Strategy::scatter_allgather : Strategy::direct);
+      ASSERT_EQ(check_plan(layout, c.batch, a), "") << c.describe();
+      relay_chosen += a.strategy == Strategy::scatter_allgather;
+      direct_chosen += a.strategy == Strategy::direct;
+    }
+  }
+  EXPECT_GT(relay_chosen, 20);
+  EXPECT_GT(direct_chosen, 20);
+}
+
+TEST(HeteroPlan, BackwardReturnsToEveryProducer) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 300; ++i) {
+    Case c = random_case(rng);
+    Layout layout(c.spec);
+    const BoundaryPlan fwd = plan_forward(layout, 0, c.batch);
+    const BoundaryPlan bwd = plan_backward(layout, 0, c.batch);
+    ASSERT_EQ(fwd.source_bytes, bwd.destination_bytes) << c.describe();
+    ASSERT_EQ(fwd.destination_bytes, bwd.source_bytes) << c.describe();
+    std::map<std::tuple<int, int, std::int64_t>, int> fwd_read, bwd_written;
+    for (const Transfer& t : fwd.phases[0]) {
+      for (auto row = t.rows.begin; row < t.rows.end; ++row) fwd_read[{t.src, t.sample, row}] = 1;
+    }
+    for (const Transfer& t : bwd.phases[0]) {
+      for (auto row = t.rows.begin; row < t.rows.end; ++row) ++bwd_written[{t.dst, t.sample, row}];
+    }
+    for (const auto& [key, count] : fwd_read) ASSERT_EQ(bwd_written[key], 1) << c.describe();
+  }
+}
+
+TEST(HeteroPlan, ExamplesFromTheIssue) {
+  // 40 GPUs: encoder TP2 DP4 on 0-7, LLM TP4 PP2 DP4 on 8-39; 8 samples of 576 tokens, hidden 4096, bf16.
+  LayoutSpec spec;
+  spec.world_size = 40;
+  spec.llm = ModuleSpec{"llm", 4, 1, 2, 4, false, 8, 32};
+  spec.encoders.push_back(ModuleSpec{"vision", 2, 1, 1, 4, false, 0, 8});
+  Layout layout(spec);
+  BoundaryBatch batch{std::vector<std::int64_t>(8, 576), 4096, 2};
+  const std::int64_t sample = 576 * 4096 * 2;
+  BoundaryPlan p = plan_forward(layout, 0, batch);
+  TrafficSummary t = summarize(p, layout);
+  // Each LLM stage-0 rank needs its replica's 2 samples; stage-1 ranks receive nothing.
+  for (int r = 8; r < 24; ++r) EXPECT_EQ(t.ranks[r].received, 2 * sample) << r;
+  for (int r = 24; r < 40; ++r) EXPECT_EQ(t.ranks[r].received, 0) << r;
+  // Two encoder tp ranks share four copies of two samples: 4 samples each.
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(t.ranks[r].sent, 4 * sample) << r;
+  EXPECT_EQ(t.boundary_bytes, 16 * 2 * sample);
+  // scatter_allgather: 2 samples cross per replica, then the 4 LLM ranks exchange quarters.
+  p = plan_forward(layout, 0, batch, PlanOptions{Strategy::scatter_allgather});
+  t = summarize(p, layout);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(t.ranks[r].sent, sample) << r;
+  for (int r = 8; r < 24; ++r) EXPECT_EQ(t.ranks[r].received, 2 * sample) << r;
+  for (int r = 8; r < 24; ++r) EXPECT_EQ(t.ranks[r].sent, 3 * sample / 2) << r;
+  EXPECT_EQ(t.boundary_bytes, 4 * 2 * sample);
+
+  // 8 GPUs: encoder TP1 (DP8) colocated with LLM TP4 (DP2); each rank encodes one sample.
+  LayoutSpec co;
+  co.world_size = 8;
+  co.llm.tp = 4;
+  co.encoders.push_back(ModuleSpec{});
+  Layout colocated(co);
+  ASSERT_TRUE(colocated.colocated(0));
+  p = plan_forward(colocated, 0, batch);
+  t = summarize(p, colocated);
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(t.ranks[r].received, 3 * sample) << r;
+    EXPECT_EQ(t.ranks[r].sent, 3 * sample) << r;
+    EXPECT_EQ(t.ranks[r].copied, sample) << r;
+  }
+  const TrafficSummary leader = leader_broadcast_traffic(colocated, 0, batch, Direction::forward);
+  EXPECT_EQ(leader.max_received, 4 * sample);  // the broadcast resends what a member holds
+}
+
+TEST(HeteroPlan, SequenceParallelReceivesAShard) {
+  LayoutSpec spec;
+  spec.world_size = 24;
+  spec.llm = ModuleSpec{"llm", 4, 1, 1, 0, true, 8, 16};
+  spec.encoders.push_back(ModuleSpec{"vision", 1, 1, 1, 0, false, 0, 8});
+  Layout layout(spec);
+  BoundaryBatch batch{{576, 575, 1, 0, 100, 7, 576, 33}, 16, 2};
+  const BoundaryPlan p = plan_forward(layout, 0, batch);
+  const TrafficSummary t = summarize(p, layout);
+  const TrafficSummary leader = leader_broadcast_traffic(layout, 0, batch, Direction::forward);
+  const LowerBounds lb = lower_bounds(layout, 0, batch, Direction::forward);
+  EXPECT_EQ(t.max_received, lb.received);
+  EXPECT_LT(t.max_received * 3, leader.max_received);  // a quarter of the samples, not all of them
+  // Fan-in: LLM replica 0 (ranks 8-11) takes samples 0-1 from encoder ranks 0 and 1.
+  std::int64_t got = 0;
+  for (const Transfer& x : p.phases[0]) got += x.dst >= 8 && x.dst < 12 ? x.rows.size() : 0;
+  EXPECT_EQ(got, 576 + 575);
+}
+
+TEST(HeteroPlan, EmptyAndDegenerateBatches) {
+  LayoutSpec spec;
+  spec.world_size = 6;
+  spec.llm = ModuleSpec{"llm", 2, 1, 1, 0, true, 2, 4};
+  spec.encoders.push_back(ModuleSpec{"vision", 2, 1, 1, 0, false, 0, 2});
+  Layout layout(spec);
+  for (const auto& tokens : std::vector<std::vector<std::int64_t>>{{}, {0}, {0, 0, 0}, {1}, {1, 0, 1}}) {
+    BoundaryBatch batch{tokens, 3, 2};
+    for (Direction dir : {Direction::forward, Direction::backward}) {
+      for (Strategy st : {Strategy::direct, Strategy::scatter_allgather}) {
+        const BoundaryPlan p = plan_boundary(layout, 0, batch, dir, PlanOptions{st});
+        EXPECT_EQ(check_plan(layout, batch, p), "");
+        EXPECT_EQ(check_balance(layout, batch, p), "");
+      }
+    }
+  }
+}
+
+TEST(HeteroPlan, BadBatchesAreRejected) {
+  LayoutSpec spec;
+  spec.world_size = 2;
+  spec.encoders.push_back(ModuleSpec{});
+  Layout layout(spec);
+  auto message = [&](BoundaryBatch b) {
+    try {
+      plan_forward(layout, 0, b);
+    } catch (const BatchError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({{1, -2}, 4, 2}), "sample 1 has a negative token count (-2)");
+  EXPECT_EQ(message({{1}, 0, 2}), "hidden size must be at least 1 (got 0)");
+  EXPECT_EQ(message({{1}, 4, 0}), "element size must be at least 1 byte (got 0)");
+  EXPECT_EQ(message({{INT64_MAX / 4, INT64_MAX / 4}, 2, 2}),
+            "the batch's byte count (tokens * hidden * element size) overflows 64 bits");
+  EXPECT_THROW(plan_forward(layout, 1, BoundaryBatch{{1}, 1, 1}), LayoutError);
+}
+
+}  // namespace
