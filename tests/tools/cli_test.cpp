@@ -1,0 +1,217 @@
+// Runs the built `zipccl` binary as a user would: compress, decompress, compare; and the errors.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "zipccl/codec.h"
+
+#ifndef ZIPCCL_BIN
+#error "ZIPCCL_BIN must name the zipccl binary"
+#endif
+
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/zipccl_cli_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::string cmd = "rm -rf '" + dir_ + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+  void write(const std::string& name, const Bytes& b) const {
+    std::ofstream f(path(name), std::ios::binary);
+    f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    ASSERT_TRUE(f.good());
+  }
+  Bytes read(const std::string& name) const {
+    std::ifstream f(path(name), std::ios::binary);
+    return Bytes(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  bool exists(const std::string& name) const {
+    struct stat st;
+    return ::stat(path(name).c_str(), &st) == 0;
+  }
+
+  // Runs `zipccl ARGS` in the temp dir (shell syntax allowed); returns the exit status, keeps stderr.
+  int zipccl(const std::string& args) {
+    std::string cmd = "cd '" + dir_ + "' && '" ZIPCCL_BIN "' " + args + " 2> stderr.txt";
+    int st = std::system(cmd.c_str());
+    Bytes err = read("stderr.txt");
+    stderr_.assign(err.begin(), err.end());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+
+  void round_trip(const Bytes& data, const std::string& type_flag) {
+    write("in.bin", data);
+    ASSERT_EQ(zipccl("compress " + type_flag + " in.bin c.zc"), 0) << stderr_;
+    ASSERT_EQ(zipccl("decompress c.zc out.bin"), 0) << stderr_;
+    Bytes back = read("out.bin");
+    ASSERT_EQ(back.size(), data.size()) << type_flag;
+    EXPECT_TRUE(back == data) << "size " << data.size() << " " << type_flag;
+  }
+
+  std::string dir_;
+  std::string stderr_;
+};
+
+Bytes gaussian_bf16(size_t bytes, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  Bytes b(bytes);
+  for (size_t i = 0; i + 1 < bytes; i += 2) {
+    float f = nd(gen);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    b[i] = static_cast<uint8_t>(u >> 16);
+    b[i + 1] = static_cast<uint8_t>(u >> 24);
+  }
+  if (bytes % 2) b[bytes - 1] = 0x5A;
+  return b;
+}
+
+Bytes random_bytes(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  Bytes b(n);
+  for (auto& x : b) x = static_cast<uint8_t>(gen());
+  return b;
+}
+
+TEST_F(Cli, RoundTripsEverySizeAndType) {
+  const size_t sizes[] = {0, 1, 2, 3, 4095, 8192, 8193, 65537, (size_t{1} << 20) + 3};
+  for (size_t n : sizes) {
+    for (const char* t : {"", "-t auto", "-t bf16", "-t fp16", "-t fp32"}) {
+      round_trip(gaussian_bf16(n, static_cast<unsigned>(n)), t);
+      round_trip(random_bytes(n, static_cast<unsigned>(n) + 1), t);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_F(Cli, CompressesBf16AndWritesAFrame) {
+  const Bytes data = gaussian_bf16(1 << 20, 3);
+  write("g.bin", data);
+  ASSERT_EQ(zipccl("compress -t bf16 --threads 2 g.bin g.zc"), 0) << stderr_;
+  Bytes z = read("g.zc");
+  EXPECT_LT(z.size(), data.size() * 8 / 10);  // Gaussian bf16 compresses ~1.5x
+  zipccl::codec::FrameInfo info{};
+  ASSERT_EQ(zipccl::codec::read_frame_info(z.data(), z.size(), &info), zipccl::codec::Status::kOk);
+  EXPECT_EQ(info.original_size, data.size());
+  EXPECT_EQ(info.frame_size, z.size());
+}
+
+TEST_F(Cli, LargeFileBecomesSeveralFrames) {
+  const size_t n = (size_t{64} << 20) + 4097;
+  const Bytes tile = gaussian_bf16(size_t{1} << 20, 9);  // tiled: generating 64 MiB of normals is slow
+  Bytes data(n);
+  for (size_t i = 0; i < n; ++i) data[i] = tile[i % tile.size()];
+  write("big.bin", data);
+  ASSERT_EQ(zipccl("compress -t bf16 --threads 2 big.bin big.zc"), 0) << stderr_;
+  Bytes z = read("big.zc");
+  zipccl::codec::FrameInfo first{};
+  ASSERT_EQ(zipccl::codec::read_frame_info(z.data(), z.size(), &first), zipccl::codec::Status::kOk);
+  EXPECT_EQ(first.original_size, size_t{64} << 20);
+  EXPECT_LT(first.frame_size, z.size());
+  ASSERT_EQ(zipccl("decompress --threads 2 big.zc big.out"), 0) << stderr_;
+  EXPECT_TRUE(read("big.out") == data);
+}
+
+TEST_F(Cli, PipesAndConcatenatedStreams) {
+  const Bytes a = gaussian_bf16(100001, 4), b = random_bytes(5000, 5);
+  write("a.bin", a);
+  write("b.bin", b);
+  ASSERT_EQ(zipccl("compress - - < a.bin > a.zc"), 0) << stderr_;
+  ASSERT_EQ(zipccl("compress b.bin b.zc"), 0) << stderr_;
+  ASSERT_EQ(
+      std::system(("cat '" + path("a.zc") + "' '" + path("b.zc") + "' > '" + path("ab.zc") + "'").c_str()),
+      0);
+  ASSERT_EQ(zipccl("decompress - - < ab.zc > ab.out"), 0) << stderr_;
+  Bytes ab = a;
+  ab.insert(ab.end(), b.begin(), b.end());
+  EXPECT_TRUE(read("ab.out") == ab);
+}
+
+TEST_F(Cli, UsageErrorsExitTwo) {
+  EXPECT_EQ(zipccl("compress"), 2);
+  EXPECT_EQ(zipccl("compress only-one"), 2);
+  EXPECT_EQ(zipccl("compress a b c"), 2);
+  EXPECT_EQ(zipccl("compress -t bf17 a b"), 2);
+  EXPECT_NE(stderr_.find("bf16"), std::string::npos);
+  EXPECT_EQ(zipccl("compress --threads 0 a b"), 2);
+  EXPECT_EQ(zipccl("compress --frobnicate a b"), 2);
+  EXPECT_EQ(zipccl("decompress -t bf16 a b"), 2);  // the frame says its type
+  EXPECT_EQ(zipccl("compress --help"), 0);
+}
+
+TEST_F(Cli, MissingInputFailsCleanly) {
+  EXPECT_EQ(zipccl("compress no-such-file out.zc"), 1);
+  EXPECT_NE(stderr_.find("No such file"), std::string::npos) << stderr_;
+  EXPECT_FALSE(exists("out.zc"));
+  EXPECT_EQ(zipccl("decompress no-such-file out.bin"), 1);
+}
+
+TEST_F(Cli, CorruptStreamsFailAndLeaveNoOutput) {
+  write("g.bin", gaussian_bf16(300000, 6));
+  ASSERT_EQ(zipccl("compress -t bf16 g.bin g.zc"), 0) << stderr_;
+  const Bytes z = read("g.zc");
+
+  write("empty.zc", {});
+  EXPECT_EQ(zipccl("decompress empty.zc out.bin"), 1);
+  EXPECT_NE(stderr_.find("empty"), std::string::npos) << stderr_;
+
+  write("notzc.zc", random_bytes(1000, 7));
+  EXPECT_EQ(zipccl("decompress notzc.zc out.bin"), 1);
+  EXPECT_NE(stderr_.find(zipccl::codec::status_string(zipccl::codec::Status::kBadMagic)), std::string::npos)
+      << stderr_;
+  EXPECT_FALSE(exists("out.bin"));
+
+  write("trunc.zc", Bytes(z.begin(), z.end() - 1));
+  EXPECT_EQ(zipccl("decompress trunc.zc out.bin"), 1);
+  EXPECT_NE(stderr_.find("truncated"), std::string::npos) << stderr_;
+  EXPECT_FALSE(exists("out.bin"));
+
+  write("head.zc", Bytes(z.begin(), z.begin() + 3));
+  EXPECT_EQ(zipccl("decompress head.zc out.bin"), 1);
+
+  Bytes trailing = z;
+  trailing.insert(trailing.end(), {1, 2, 3, 4, 5});
+  write("trailing.zc", trailing);
+  EXPECT_EQ(zipccl("decompress trailing.zc out.bin"), 1);
+  EXPECT_NE(stderr_.find("frame 1"), std::string::npos) << stderr_;
+  EXPECT_FALSE(exists("out.bin"));
+
+  // Damage in the middle of the coded data: decode must fail or produce different bytes, never crash.
+  Bytes flipped = z;
+  for (size_t i = z.size() / 2; i < z.size() / 2 + 64; ++i) flipped[i] ^= 0x5A;
+  write("flipped.zc", flipped);
+  int rc = zipccl("decompress flipped.zc out.bin");
+  EXPECT_TRUE(rc == 0 || rc == 1) << rc;
+}
+
+TEST_F(Cli, RefusesToOverwriteItsInput) {
+  const Bytes data = random_bytes(777, 8);
+  write("x.bin", data);
+  EXPECT_EQ(zipccl("compress x.bin x.bin"), 1);
+  EXPECT_TRUE(read("x.bin") == data);
+}
+
+}  // namespace

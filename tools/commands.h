@@ -1,0 +1,15 @@
+// Subcommands of the `zipccl` tool, one file each (tools/cmd_<name>.cpp).
+#pragma once
+
+namespace zipccl {
+namespace tools {
+
+// Each returns the process exit status: 0 success, 1 failure of the operation, 2 bad usage.
+int cmd_compress(int argc, char** argv);
+int cmd_decompress(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
+int cmd_perf(int argc, char** argv);
+
+}  // namespace tools
+}  // namespace zipccl
