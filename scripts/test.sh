@@ -5,14 +5,38 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh
 
+passed=0
+# run_ctest DIR [ctest args]: runs the suite, adds its passed count to the total.
+run_ctest() {
+  local dir=$1 log
+  shift
+  log=$(mktemp)
+  ctest --test-dir "$dir" --output-on-failure -j"$JOBS" "$@" 2>&1 | tee "$log"
+  local n
+  n=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n 1)
+  rm -f "$log"
+  [[ -n "$n" ]] || { echo "test.sh: $dir: tests failed" >&2; exit 1; }
+  passed=$((passed + n))
+}
+
 echo "== tests (Release)"
-ctest --test-dir build --output-on-failure -j"$JOBS"
-[[ "${ZIPCCL_QUICK:-0}" == 1 ]] && exit 0
+run_ctest build
+if [[ "${ZIPCCL_QUICK:-0}" == 1 ]]; then
+  echo "$passed passed, 0 failed"
+  exit 0
+fi
 
 echo "== tests (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
-ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$JOBS" -LE slow
+ASAN_OPTIONS=detect_leaks=1 run_ctest build-asan -LE slow
+
+echo "== plugin tests (TSan)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=thread -DZIPCCL_CUDA=OFF \
+  -DZIPCCL_BUILD_TOOLS=OFF -DZIPCCL_TEST_MODULES= >/dev/null
+cmake --build build-tsan -j"$JOBS" --target nccl-net-zipccl test_plugin_abi test_plugin_units \
+  test_plugin_conformance test_plugin_faults plugin_peer
+run_ctest build-tsan -R '^(never|always|auto6)[.]|Faults|Garbage|PluginAbi|SocketIfname|Settings[.]|Frame[.]|Policy[.]'
 
 echo "== fuzz the frame decoder (libFuzzer, ${ZIPCCL_FUZZ_SECONDS:-60} s)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_FUZZ=ON \
@@ -25,3 +49,4 @@ mkdir -p "$corpus"
 ./build-fuzz/tests/fuzz/fuzz_decode -max_total_time="${ZIPCCL_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 \
   -print_final_stats=1 "$corpus" 2>&1 | tail -n 12
 echo "fuzz: no crash"
+echo "$passed passed, 0 failed"

@@ -29,7 +29,7 @@ archs="80-real;90-real;90-virtual"
 [ -n "$cap" ] && [ "$cap" != "80" ] && [ "$cap" != "90" ] && archs="$archs;${cap}-real"
 
 step configure 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DZIPCCL_CUDA=ON \
-  -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF -DZIPCCL_TEST_MODULES=gpu \
+  -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF "-DZIPCCL_TEST_MODULES=gpu;hetero" \
   "-DCMAKE_CUDA_ARCHITECTURES=$archs" || exit 1
 step build 240 cmake --build "$build" -j"$(nproc)" \
   --target gpu_codec_device_tests gpu_codec_host_tests zipccl_gpu_bench codec_tests || exit 1
@@ -50,6 +50,14 @@ if [ -x "$san" ]; then
     "--gtest_filter=Device.SmallCorpusForSanitizers"
 else
   echo "compute-sanitizer not found: sanitizer steps skipped"; status=1
+fi
+
+# hetero's NCCL executor (issue 6): 8 processes sharing the GPU (distinct NCCL_HOSTID), every byte
+# against the CPU executor. Built only where CMake found NCCL's header and library.
+if cmake --build "$build" -j"$(nproc)" --target hetero_nccl_test >/dev/null 2>&1; then
+  step hetero-nccl 120 "$build/tests/hetero/hetero_nccl_test" --gtest_brief=1
+else
+  echo "hetero_nccl_test not built (NCCL not found by CMake): step skipped"; status=1
 fi
 
 step bench 180 "$build/tests/gpu/zipccl_gpu_bench"

@@ -1,0 +1,150 @@
+// The compressing layer: NCCL-facing send and receive comms over any transport connection. Each
+// message travels as a frame header (frame.h) plus either the message (raw) or one codec frame.
+// Encoding and decoding run on the worker pool; the proxy thread only polls.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../nccl/net_common.h"
+#include "frame.h"
+#include "policy.h"
+#include "stats.h"
+#include "transport.h"
+#include "worker_pool.h"
+#include "zipccl/codec.h"
+
+namespace zipccl {
+namespace net {
+
+constexpr uint32_t kSendCommMagic = 0x53435a5au;
+constexpr uint32_t kRecvCommMagic = 0x52435a5au;
+constexpr uint32_t kListenCommMagic = 0x4c435a5au;
+constexpr uint32_t kRequestMagic = 0x51435a5au;
+constexpr uint32_t kDeadMagic = 0xdeadbeefu;
+
+// First member of every object handed to NCCL, so a pointer coming back can be checked.
+struct CommHeader {
+  uint32_t magic;
+};
+
+class SendComm;
+class RecvComm;
+
+struct RequestHeader {
+  uint32_t magic = kRequestMagic;
+  bool is_send = false;
+  void* comm = nullptr;
+};
+
+class EncodeJob final : public Job {
+ public:
+  void run() override;
+  const void* src = nullptr;
+  size_t n = 0;
+  void* dst = nullptr;
+  size_t cap = 0;
+  codec::ElemType type = codec::ElemType::kAuto;
+  size_t out = 0;
+  codec::Status status = codec::Status::kOk;
+  uint64_t ns = 0;
+};
+
+class DecodeJob final : public Job {
+ public:
+  void run() override;
+  const void* src = nullptr;
+  size_t n = 0;
+  void* dst = nullptr;
+  size_t cap = 0;
+  size_t out = 0;
+  codec::Status status = codec::Status::kOk;
+  uint64_t ns = 0;
+};
+
+class SendComm {
+ public:
+  SendComm(SendConn* conn, const DeviceInfo& dev);
+  ~SendComm();  // waits for its codec jobs, reports statistics
+  ncclResult_t isend(void* data, size_t size, int tag, void** request);
+  ncclResult_t test(void* request, int* done, size_t* size);
+
+  CommHeader header{kSendCommMagic};
+
+ private:
+  enum class State { kFree, kEncoding, kReady, kPosted };
+  struct Req {
+    RequestHeader h;
+    State state = State::kFree;
+    const char* data = nullptr;
+    size_t size = 0;
+    int tag = 0;
+    FrameKind kind = FrameKind::kRaw;
+    size_t wire = 0;
+    int op = kNoOp;
+    bool sampling = false;  // the comm's sample job reads this request's buffer
+    EncodeJob job;
+    std::vector<char> staging;
+  };
+  ncclResult_t progress();
+  void finish_encode(Req* r);
+  void start_sample(Req* r, codec::ElemType type);
+
+  std::unique_ptr<SendConn> conn_;
+  std::vector<Req> reqs_;
+  std::vector<int> free_;
+  std::deque<int> unposted_;
+  Policy policy_;
+  EncodeJob sample_job_;  // at most one codec sample in flight per comm
+  bool sample_busy_ = false;
+  std::vector<char> sample_staging_;
+  ConnStats stats_;
+  bool failed_ = false;
+  // Link sampling (see sample_link).
+  std::chrono::steady_clock::time_point last_sample_, created_;
+  uint64_t last_delivered_ = 0, last_backlog_ = 0;
+  uint64_t acc_bytes_ = 0;
+  double acc_seconds_ = 0;
+  void sample_link();
+};
+
+class RecvComm {
+ public:
+  RecvComm(RecvConn* conn, const DeviceInfo& dev);
+  ~RecvComm();
+  ncclResult_t irecv(void* data, size_t size, int tag, void** request);
+  ncclResult_t test(void* request, int* done, size_t* size);
+
+  CommHeader header{kRecvCommMagic};
+
+ private:
+  enum class State { kFree, kWaitHeader, kReceiving, kDecoding };
+  struct Req {
+    RequestHeader h;
+    State state = State::kFree;
+    char* data = nullptr;
+    size_t capacity = 0;
+    FrameMeta meta{};
+    int op = kNoOp;
+    DecodeJob job;
+    std::vector<char> staging;
+  };
+  ncclResult_t progress();
+  ncclResult_t fail(Req* r);
+
+  std::unique_ptr<RecvConn> conn_;
+  std::vector<Req> reqs_;
+  std::vector<int> free_;
+  std::deque<int> unmatched_;
+  ConnStats stats_;
+  bool failed_ = false;
+  std::chrono::steady_clock::time_point created_;
+};
+
+}  // namespace net
+}  // namespace zipccl

@@ -1,0 +1,239 @@
+#include "net.h"
+
+#include <climits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm.h"
+#include "log.h"
+#include "settings.h"
+#include "transport.h"
+
+namespace zipccl {
+namespace net {
+namespace {
+
+struct ListenComm {
+  CommHeader header{kListenCommMagic};
+  Listener* listener;
+  DeviceInfo dev;
+};
+
+struct MemHandle {
+  void* data;
+  size_t size;
+  int type;
+};
+
+struct Context {
+  uint64_t comm_id;
+};
+
+std::mutex g_init_mu;
+Transport* g_transport = nullptr;
+std::vector<DeviceInfo> g_devices;
+int g_contexts = 0;  // v11 init/finalize reference count
+
+template <typename T>
+T* as(void* p, uint32_t magic) {
+  if (!p || reinterpret_cast<CommHeader*>(p)->magic != magic) return nullptr;
+  return reinterpret_cast<T*>(p);
+}
+
+ncclResult_t ready() {
+  if (!g_transport) {
+    ZIPCCL_WARN("called before a successful init");
+    return ncclInternalError;
+  }
+  return ncclSuccess;
+}
+
+}  // namespace
+
+ncclResult_t net_init(ncclDebugLogger_t logger) {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  set_logger(logger);
+  if (g_transport) return ncclSuccess;
+  log_settings_once();
+  Transport* t = socket_transport();
+  if (!t) return ncclSystemError;
+  std::vector<DeviceInfo> devs(t->device_count());
+  for (int i = 0; i < t->device_count(); ++i) ZIPCCL_CHECK(t->device_info(i, &devs[i]));
+  g_devices = std::move(devs);
+  ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "zipccl %s transport, %d device(s), codec path %s, %d codec worker(s)",
+              t->name(), t->device_count(), codec::simd_path(), settings().workers);
+  g_transport = t;
+  return ncclSuccess;
+}
+
+ncclResult_t net_init_ctx(void** ctx, uint64_t comm_id, ncclDebugLogger_t logger) {
+  if (!ctx) return ncclInternalError;
+  *ctx = nullptr;
+  ZIPCCL_CHECK(net_init(logger));
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  *ctx = new Context{comm_id};
+  ++g_contexts;
+  return ncclSuccess;
+}
+
+ncclResult_t net_finalize_ctx(void* ctx) {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (!ctx || g_contexts == 0) {
+    ZIPCCL_WARN("finalize without a matching init");
+    return ncclInternalError;
+  }
+  delete static_cast<Context*>(ctx);
+  // Transport, settings and the worker pool live as long as the process (the library is built
+  // nodelete): connections of other communicators may still be open.
+  --g_contexts;
+  return ncclSuccess;
+}
+
+ncclResult_t net_devices(int* ndev) {
+  ZIPCCL_CHECK(ready());
+  *ndev = static_cast<int>(g_devices.size());
+  return ncclSuccess;
+}
+
+ncclResult_t net_properties(int dev, Properties* p) {
+  ZIPCCL_CHECK(ready());
+  if (dev < 0 || dev >= static_cast<int>(g_devices.size())) {
+    ZIPCCL_WARN("getProperties for device %d of %zu", dev, g_devices.size());
+    return ncclInvalidArgument;
+  }
+  const DeviceInfo& d = g_devices[dev];
+  p->name = d.name.c_str();
+  p->pci_path = d.pci_path.empty() ? nullptr : d.pci_path.c_str();
+  p->guid = d.guid;
+  p->ptr_support = NCCL_PTR_HOST;  // NCCL stages GPU data in host memory for us
+  p->speed = d.speed_mbps;
+  p->port = 0;
+  p->latency = 0;
+  p->max_comms = 65536;
+  p->max_recvs = 1;
+  p->max_bytes = INT_MAX;
+  return ncclSuccess;
+}
+
+ncclResult_t net_listen(int dev, void* handle, void** listen_comm) {
+  *listen_comm = nullptr;
+  ZIPCCL_CHECK(ready());
+  if (!handle) return ncclInternalError;
+  Listener* l = nullptr;
+  ZIPCCL_CHECK(g_transport->listen(dev, handle, &l));
+  *listen_comm = new ListenComm{CommHeader{kListenCommMagic}, l, g_devices[dev]};
+  return ncclSuccess;
+}
+
+ncclResult_t net_connect(int dev, void* handle, void** send_comm) {
+  *send_comm = nullptr;
+  ZIPCCL_CHECK(ready());
+  if (!handle || dev < 0 || dev >= static_cast<int>(g_devices.size())) {
+    ZIPCCL_WARN("connect with device %d of %zu or a null handle", dev, g_devices.size());
+    return ncclInternalError;
+  }
+  SendConn* c = nullptr;
+  ZIPCCL_CHECK(g_transport->connect(dev, handle, &c));
+  if (c) *send_comm = new SendComm(c, g_devices[dev]);
+  return ncclSuccess;
+}
+
+ncclResult_t net_accept(void* listen_comm, void** recv_comm) {
+  *recv_comm = nullptr;
+  ListenComm* l = as<ListenComm>(listen_comm, kListenCommMagic);
+  if (!l) {
+    ZIPCCL_WARN("accept on something that is not a listen comm");
+    return ncclInternalError;
+  }
+  RecvConn* c = nullptr;
+  ZIPCCL_CHECK(l->listener->accept(&c));
+  if (c) *recv_comm = new RecvComm(c, l->dev);
+  return ncclSuccess;
+}
+
+ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  *mhandle = nullptr;
+  if (!as<CommHeader>(comm, kSendCommMagic) && !as<CommHeader>(comm, kRecvCommMagic)) {
+    ZIPCCL_WARN("regMr on something that is not a send or receive comm");
+    return ncclInternalError;
+  }
+  if (type != NCCL_PTR_HOST) {
+    ZIPCCL_WARN("regMr of memory type %d: zipccl only handles host memory (NCCL_PTR_HOST)", type);
+    return ncclInternalError;
+  }
+  *mhandle = new MemHandle{data, size, type};
+  return ncclSuccess;
+}
+
+ncclResult_t net_dereg_mr(void* /*comm*/, void* mhandle) {
+  delete static_cast<MemHandle*>(mhandle);
+  return ncclSuccess;
+}
+
+ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* /*mhandle*/, void** request) {
+  *request = nullptr;
+  SendComm* c = as<SendComm>(send_comm, kSendCommMagic);
+  if (!c) {
+    ZIPCCL_WARN("isend on something that is not a send comm");
+    return ncclInternalError;
+  }
+  return c->isend(data, size, tag, request);
+}
+
+ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
+                       void** /*mhandles*/, void** request) {
+  *request = nullptr;
+  RecvComm* c = as<RecvComm>(recv_comm, kRecvCommMagic);
+  if (!c) {
+    ZIPCCL_WARN("irecv on something that is not a receive comm");
+    return ncclInternalError;
+  }
+  if (n != 1) {
+    ZIPCCL_WARN("irecv with %d grouped receives; zipccl advertises maxRecvs=1", n);
+    return ncclInternalError;
+  }
+  return c->irecv(data[0], sizes[0], tags ? tags[0] : 0, request);
+}
+
+ncclResult_t net_iflush(void*, int, void**, int*, void**, void** request) {
+  *request = nullptr;  // host memory only: nothing to flush
+  return ncclSuccess;
+}
+
+ncclResult_t net_test(void* request, int* done, size_t* size) {
+  *done = 0;
+  auto* h = static_cast<RequestHeader*>(request);
+  if (!h || h->magic != kRequestMagic) {
+    ZIPCCL_WARN("test on something that is not a live request");
+    return ncclInternalError;
+  }
+  if (h->is_send) return static_cast<SendComm*>(h->comm)->test(request, done, size);
+  return static_cast<RecvComm*>(h->comm)->test(request, done, size);
+}
+
+ncclResult_t net_close_send(void* send_comm) {
+  SendComm* c = as<SendComm>(send_comm, kSendCommMagic);
+  if (!c) return send_comm ? ncclInternalError : ncclSuccess;
+  delete c;
+  return ncclSuccess;
+}
+
+ncclResult_t net_close_recv(void* recv_comm) {
+  RecvComm* c = as<RecvComm>(recv_comm, kRecvCommMagic);
+  if (!c) return recv_comm ? ncclInternalError : ncclSuccess;
+  delete c;
+  return ncclSuccess;
+}
+
+ncclResult_t net_close_listen(void* listen_comm) {
+  ListenComm* l = as<ListenComm>(listen_comm, kListenCommMagic);
+  if (!l) return listen_comm ? ncclInternalError : ncclSuccess;
+  l->header.magic = kDeadMagic;
+  delete l->listener;
+  delete l;
+  return ncclSuccess;
+}
+
+}  // namespace net
+}  // namespace zipccl

@@ -1,0 +1,265 @@
+// Send side of the compressing layer: decide raw or compressed per message, encode on the worker
+// pool, and hand frames to the transport strictly in isend order.
+#include <algorithm>
+#include <thread>
+
+#include "comm.h"
+#include "log.h"
+#include "settings.h"
+
+namespace zipccl {
+namespace net {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// The link is sampled every kSampleEvery while it stays backlogged by at least kMinBacklog, and a
+// rate goes to the policy once kSampleSpan of busy time has accumulated: long enough to average TCP's
+// bursts, short enough to follow a change within tens of milliseconds.
+constexpr auto kSampleEvery = std::chrono::microseconds(500);
+constexpr uint64_t kMinBacklog = 64u << 10;
+constexpr double kSampleSpan = 0.02;
+// Size of the codec sample taken from a raw message while the policy chooses raw.
+constexpr size_t kSampleBytes = 256u << 10;
+
+uint64_t ns_since(Clock::time_point t0) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+}
+
+codec::ElemType hint_type(DtypeHint h) {
+  switch (h) {
+    case DtypeHint::kBf16:
+      return codec::ElemType::kBf16;
+    case DtypeHint::kFp16:
+      return codec::ElemType::kFp16;
+    case DtypeHint::kFp32:
+      return codec::ElemType::kFp32;
+    case DtypeHint::kAuto:
+      break;
+  }
+  return codec::ElemType::kAuto;
+}
+
+}  // namespace
+
+void EncodeJob::run() {
+  auto t0 = Clock::now();
+  codec::EncodeOptions opt;
+  opt.type = type;
+  opt.threads = 1;
+  status = codec::encode(src, n, dst, cap, &out, opt);
+  ns = ns_since(t0);
+}
+
+SendComm::SendComm(SendConn* conn, const DeviceInfo& dev)
+    : conn_(conn),
+      reqs_(settings().max_requests),
+      policy_(settings().compress, settings().min_bytes,
+              (settings().link_gbps > 0 ? settings().link_gbps * 1e3 : dev.speed_mbps) * 1e6 / 8,
+              settings().link_gbps <= 0, worker_pool().threads(), settings().probe_interval) {
+  for (int i = static_cast<int>(reqs_.size()) - 1; i >= 0; --i) {
+    reqs_[i].h.is_send = true;
+    reqs_[i].h.comm = this;
+    free_.push_back(i);
+  }
+  stats_.direction = "send";
+  stats_.peer = dev.name;
+  created_ = last_sample_ = Clock::now();
+}
+
+SendComm::~SendComm() {
+  // Jobs still on the pool reference our buffers: wait for them (bounded by one encode each).
+  for (Req& r : reqs_) {
+    if (r.state == State::kEncoding) {
+      while (!r.job.done.load(std::memory_order_acquire)) std::this_thread::yield();
+    }
+  }
+  if (sample_busy_) {
+    while (!sample_job_.done.load(std::memory_order_acquire)) std::this_thread::yield();
+  }
+  conn_.reset();  // joins the transport's helper threads, which may still read staging buffers
+  header.magic = kDeadMagic;
+  for (Req& r : reqs_) r.h.magic = kDeadMagic;
+  stats_.link_gbps = policy_.link_bps() * 8e-9;
+  stats_.seconds = ns_since(created_) * 1e-9;
+  report_stats(stats_);
+}
+
+ncclResult_t SendComm::isend(void* data, size_t size, int tag, void** request) {
+  *request = nullptr;
+  if (failed_) return ncclSystemError;
+  if (size && !data) {
+    ZIPCCL_WARN("isend of %zu bytes from a null buffer", size);
+    return ncclInternalError;
+  }
+  if (free_.empty()) return ncclSuccess;  // NCCL retries
+  int idx = free_.back();
+  free_.pop_back();
+  Req& r = reqs_[idx];
+  r.data = static_cast<const char*>(data);
+  r.size = size;
+  r.tag = tag;
+  r.kind = FrameKind::kRaw;
+  r.wire = size;
+  r.op = kNoOp;
+  r.sampling = false;
+  r.state = State::kReady;
+
+  const Settings& s = settings();
+  bool compress = false;
+  if (size < s.min_bytes || s.compress == CompressMode::kNever) {
+    ++stats_.raw_small;
+  } else {
+    codec::ElemType type = hint_type(s.dtype);
+    if (type == codec::ElemType::kAuto && s.compress == CompressMode::kAuto) {
+      type = codec::detect_elem_type(data, size);
+    }
+    if (type == codec::ElemType::kNone) {
+      ++stats_.raw_incompressible;
+    } else if (bool sample = false; !policy_.choose(size, &sample)) {
+      ++stats_.raw_policy;
+      if (sample) start_sample(&r, type);
+    } else {
+      compress = true;
+      r.job.type = type;
+    }
+  }
+  if (compress) {
+    size_t cap = codec::max_encoded_size(size);
+    if (r.staging.size() < cap) r.staging.resize(cap);  // grows to the largest message, then reused
+    r.job.src = data;
+    r.job.n = size;
+    r.job.dst = r.staging.data();
+    r.job.cap = cap;
+    r.job.out = 0;
+    r.job.done.store(false);
+    r.state = State::kEncoding;
+    worker_pool().submit(&r.job);
+  }
+  unposted_.push_back(idx);
+  *request = &r.h;
+  ncclResult_t res = progress();
+  if (res != ncclSuccess) failed_ = true;
+  return res;
+}
+
+// Encodes the first kSampleBytes of a raw message on the pool for the policy's estimates; the message
+// itself goes raw immediately. Its request completes only after the sample has read the buffer.
+void SendComm::start_sample(Req* r, codec::ElemType type) {
+  if (sample_busy_) return;
+  size_t n = std::min(r->size, kSampleBytes);
+  size_t cap = codec::max_encoded_size(n);
+  if (sample_staging_.size() < cap) sample_staging_.resize(cap);
+  sample_job_.src = r->data;
+  sample_job_.n = n;
+  sample_job_.dst = sample_staging_.data();
+  sample_job_.cap = cap;
+  sample_job_.type = type;
+  sample_job_.out = 0;
+  sample_job_.done.store(false);
+  sample_busy_ = true;
+  r->sampling = true;
+  worker_pool().submit(&sample_job_);
+}
+
+void SendComm::finish_encode(Req* r) {
+  stats_.codec_ns += r->job.ns;
+  if (r->job.status != codec::Status::kOk) {
+    ZIPCCL_WARN("encode of %zu bytes failed (%s); sending raw", r->size, codec::status_string(r->job.status));
+    ++stats_.raw_incompressible;
+  } else {
+    policy_.on_encoded(r->size, r->job.out, r->job.ns * 1e-9);
+    if (r->job.out < r->size) {
+      r->kind = FrameKind::kCodec;
+      r->wire = r->job.out;
+    } else {
+      ++stats_.raw_incompressible;  // the original bytes go, not the staging copy
+    }
+  }
+  r->state = State::kReady;
+}
+
+// Measures what the link delivers while it has a backlog: bytes the peer acknowledged over time. A
+// send completing only means the kernel took a copy, which says nothing about the link's speed.
+void SendComm::sample_link() {
+  auto now = Clock::now();
+  if (now - last_sample_ < kSampleEvery) return;
+  uint64_t delivered = 0, backlog = 0;
+  conn_->link_progress(&delivered, &backlog);
+  if (last_backlog_ >= kMinBacklog && backlog >= kMinBacklog && delivered >= last_delivered_) {
+    acc_bytes_ += delivered - last_delivered_;
+    acc_seconds_ += std::chrono::duration<double>(now - last_sample_).count();
+    if (acc_seconds_ >= kSampleSpan) {
+      policy_.on_link(acc_bytes_, acc_seconds_);
+      acc_bytes_ = 0;
+      acc_seconds_ = 0;
+    }
+  }
+  last_sample_ = now;
+  last_delivered_ = delivered;
+  last_backlog_ = backlog;
+}
+
+ncclResult_t SendComm::progress() {
+  if (settings().compress == CompressMode::kAuto) sample_link();
+  while (!unposted_.empty()) {
+    Req* r = &reqs_[unposted_.front()];
+    if (r->state == State::kEncoding) {
+      if (!r->job.done.load(std::memory_order_acquire)) break;
+      finish_encode(r);
+    }
+    FrameMeta meta = make_frame(r->kind, r->tag, r->size, r->wire);
+    const void* payload =
+        r->kind == FrameKind::kCodec ? static_cast<const void*>(r->staging.data()) : r->data;
+    int op = kNoOp;
+    ZIPCCL_CHECK(conn_->post(reinterpret_cast<const uint8_t*>(&meta), payload, r->wire, &op));
+    if (op == kNoOp) break;
+    r->op = op;
+    r->state = State::kPosted;
+    unposted_.pop_front();
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
+  *done = 0;
+  Req* r = reinterpret_cast<Req*>(request);
+  if (r < reqs_.data() || r >= reqs_.data() + reqs_.size() || r->state == State::kFree) {
+    ZIPCCL_WARN("test on a send request this comm does not own (or already completed)");
+    return ncclInternalError;
+  }
+  if (failed_) return ncclSystemError;
+  ncclResult_t res = progress();
+  if (res == ncclSuccess && r->state == State::kPosted && r->op != kNoOp) {
+    bool finished = false;
+    res = conn_->test(r->op, &finished);
+    if (res == ncclSuccess && finished) r->op = kNoOp;  // the transport released its slot
+  }
+  if (res == ncclSuccess && r->state == State::kPosted && r->op == kNoOp) {
+    if (r->sampling) {
+      if (!sample_job_.done.load(std::memory_order_acquire)) return ncclSuccess;  // still reads the buffer
+      if (sample_job_.status == codec::Status::kOk) {
+        policy_.on_encoded(sample_job_.n, sample_job_.out, sample_job_.ns * 1e-9);
+      }
+      stats_.codec_ns += sample_job_.ns;
+      r->sampling = false;
+      sample_busy_ = false;
+    }
+    ++stats_.messages;
+    stats_.bytes_in += r->size;
+    stats_.bytes_wire += r->wire;
+    if (r->kind == FrameKind::kCodec) ++stats_.compressed;
+    *done = 1;
+    if (size) *size = r->size;
+    r->state = State::kFree;
+    free_.push_back(static_cast<int>(r - reqs_.data()));
+  }
+  if (res != ncclSuccess) {
+    failed_ = true;
+    ++stats_.errors;
+  }
+  return res;
+}
+
+}  // namespace net
+}  // namespace zipccl

@@ -1,0 +1,227 @@
+#include "settings.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "log.h"
+
+namespace zipccl {
+namespace net {
+namespace {
+
+enum class Kind { kBytes, kInt, kDouble, kString, kCompress, kDtype };
+
+struct Entry {
+  const char* name;
+  Kind kind;
+  const char* doc;
+  void* field;
+  long lo, hi;  // kInt / kBytes bounds
+};
+
+Settings g_settings;
+std::vector<std::string> g_messages;  // parse warnings, logged once the logger is known
+std::once_flag g_read_once, g_log_once;
+
+std::vector<Entry> registry(Settings* s) {
+  return {
+      {"ZIPCCL_COMPRESS", Kind::kCompress, "auto|always|never: compress host messages", &s->compress, 0, 0},
+      {"ZIPCCL_MIN_BYTES", Kind::kBytes, "messages smaller than this always go raw", &s->min_bytes, 0,
+       1L << 40},
+      {"ZIPCCL_DTYPE", Kind::kDtype, "auto|bf16|fp16|fp32: element type of the traffic", &s->dtype, 0, 0},
+      {"ZIPCCL_SOCKET_NTHREADS", Kind::kInt, "helper threads per connection", &s->socket_nthreads, 1, 16},
+      {"ZIPCCL_NSOCKS_PERTHREAD", Kind::kInt, "TCP streams per helper thread", &s->nsocks_per_thread, 1, 16},
+      {"ZIPCCL_MIN_CHUNK_BYTES", Kind::kBytes, "smallest piece a message is split into across streams",
+       &s->min_chunk_bytes, 4096, 1L << 30},
+      {"ZIPCCL_INLINE_BYTES", Kind::kBytes, "payloads up to this size travel on the control stream",
+       &s->inline_bytes, 0, 1L << 20},
+      {"ZIPCCL_WORKERS", Kind::kInt, "codec worker threads (process-wide)", &s->workers, 1, 64},
+      {"ZIPCCL_MAX_REQUESTS", Kind::kInt, "requests in flight per comm", &s->max_requests, 32, 4096},
+      {"ZIPCCL_STATS_FILE", Kind::kString, "append per-connection statistics as JSON lines", &s->stats_file,
+       0, 0},
+      {"ZIPCCL_LINK_GBPS", Kind::kDouble, "link speed for the auto policy in Gbit/s (0: measure)",
+       &s->link_gbps, 0, 0},
+      {"ZIPCCL_PROBE_INTERVAL", Kind::kInt, "auto: sample the codec every N raw messages (backs off)",
+       &s->probe_interval, 2, 1 << 20},
+      {"ZIPCCL_CONNECT_TIMEOUT_MS", Kind::kInt, "connect/accept handshake timeout", &s->connect_timeout_ms,
+       100, 3600000},
+      {"ZIPCCL_IO_TIMEOUT_MS", Kind::kInt, "fail a transfer that makes no progress this long (0: never)",
+       &s->io_timeout_ms, 0, 3600000},
+  };
+}
+
+std::string value_string(const Entry& e) {
+  char buf[64];
+  switch (e.kind) {
+    case Kind::kBytes:
+      return format_bytes(*static_cast<uint64_t*>(e.field));
+    case Kind::kInt:
+      std::snprintf(buf, sizeof buf, "%d", *static_cast<int*>(e.field));
+      return buf;
+    case Kind::kDouble:
+      std::snprintf(buf, sizeof buf, "%g", *static_cast<double*>(e.field));
+      return buf;
+    case Kind::kString:
+      return *static_cast<std::string*>(e.field);
+    case Kind::kCompress:
+      return compress_mode_name(*static_cast<CompressMode*>(e.field));
+    case Kind::kDtype: {
+      static const char* kNames[] = {"auto", "bf16", "fp16", "fp32"};
+      return kNames[static_cast<int>(*static_cast<DtypeHint*>(e.field))];
+    }
+  }
+  return "?";
+}
+
+void warn(const Entry& e, const char* v, const char* what) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%s='%s' is not %s; using %s", e.name, v, what, value_string(e).c_str());
+  g_messages.push_back(buf);
+}
+
+void parse(const Entry& e, const char* v) {
+  switch (e.kind) {
+    case Kind::kBytes: {
+      uint64_t x;
+      if (!parse_bytes(v, &x) || x < static_cast<uint64_t>(e.lo) || x > static_cast<uint64_t>(e.hi)) {
+        warn(e, v, "a size in range");
+      } else {
+        *static_cast<uint64_t*>(e.field) = x;
+      }
+      return;
+    }
+    case Kind::kInt: {
+      char* end = nullptr;
+      errno = 0;
+      long x = std::strtol(v, &end, 10);
+      if (errno || end == v || *end || x < e.lo || x > e.hi) {
+        char what[64];
+        std::snprintf(what, sizeof what, "an integer in [%ld, %ld]", e.lo, e.hi);
+        warn(e, v, what);
+      } else {
+        *static_cast<int*>(e.field) = static_cast<int>(x);
+      }
+      return;
+    }
+    case Kind::kDouble: {
+      char* end = nullptr;
+      double x = std::strtod(v, &end);
+      if (end == v || *end || !(x >= 0)) {
+        warn(e, v, "a non-negative number");
+      } else {
+        *static_cast<double*>(e.field) = x;
+      }
+      return;
+    }
+    case Kind::kString:
+      *static_cast<std::string*>(e.field) = v;
+      return;
+    case Kind::kCompress: {
+      auto* f = static_cast<CompressMode*>(e.field);
+      if (!std::strcmp(v, "auto"))
+        *f = CompressMode::kAuto;
+      else if (!std::strcmp(v, "always"))
+        *f = CompressMode::kAlways;
+      else if (!std::strcmp(v, "never"))
+        *f = CompressMode::kNever;
+      else
+        warn(e, v, "one of auto|always|never");
+      return;
+    }
+    case Kind::kDtype: {
+      auto* f = static_cast<DtypeHint*>(e.field);
+      if (!std::strcmp(v, "auto"))
+        *f = DtypeHint::kAuto;
+      else if (!std::strcmp(v, "bf16"))
+        *f = DtypeHint::kBf16;
+      else if (!std::strcmp(v, "fp16"))
+        *f = DtypeHint::kFp16;
+      else if (!std::strcmp(v, "fp32"))
+        *f = DtypeHint::kFp32;
+      else
+        warn(e, v, "one of auto|bf16|fp16|fp32");
+      return;
+    }
+  }
+}
+
+void read_all() {
+  Settings* s = &g_settings;
+  // Default worker count: half the cores (the TCP stack and NCCL need the rest), at most 4.
+  unsigned hw = std::thread::hardware_concurrency();
+  s->workers = hw >= 4 ? static_cast<int>(hw / 2 > 4 ? 4 : hw / 2) : 1;
+  for (const Entry& e : registry(s)) {
+    const char* v = std::getenv(e.name);
+    if (v && *v) parse(e, v);
+  }
+}
+
+}  // namespace
+
+const Settings& settings() {
+  std::call_once(g_read_once, read_all);
+  return g_settings;
+}
+
+void log_settings_once() {
+  settings();
+  std::call_once(g_log_once, [] {
+    for (const std::string& m : g_messages) ZIPCCL_WARN("%s", m.c_str());
+    for (const Entry& e : registry(&g_settings)) {
+      ZIPCCL_INFO(NCCL_INIT | NCCL_ENV, "%s=%s (%s)", e.name, value_string(e).c_str(), e.doc);
+    }
+  });
+}
+
+std::string format_bytes(uint64_t n) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && n >= 1024 && n % 1024 == 0) {
+    n /= 1024;
+    ++u;
+  }
+  return std::to_string(n) + kUnits[u];
+}
+
+bool parse_bytes(const char* s, uint64_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  if (!s || !*s || *s == '-') return false;
+  unsigned long long x = std::strtoull(s, &end, 10);
+  if (errno || end == s) return false;
+  uint64_t mult = 1;
+  std::string unit(end);
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k")
+    mult = 1ull << 10;
+  else if (unit == "M" || unit == "MiB")
+    mult = 1ull << 20;
+  else if (unit == "G" || unit == "GiB")
+    mult = 1ull << 30;
+  else
+    return false;
+  if (x > (~0ull) / mult) return false;
+  *out = x * mult;
+  return true;
+}
+
+const char* compress_mode_name(CompressMode m) {
+  switch (m) {
+    case CompressMode::kAuto:
+      return "auto";
+    case CompressMode::kAlways:
+      return "always";
+    case CompressMode::kNever:
+      return "never";
+  }
+  return "?";
+}
+
+}  // namespace net
+}  // namespace zipccl

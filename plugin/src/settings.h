@@ -1,0 +1,42 @@
+// Every ZIPCCL_* setting, declared once in a typed registry, read once (at the first init) and
+// logged at INFO with its effective value. The plugin never writes the environment.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace zipccl {
+namespace net {
+
+enum class CompressMode { kAuto, kAlways, kNever };
+enum class DtypeHint { kAuto, kBf16, kFp16, kFp32 };
+
+struct Settings {
+  CompressMode compress = CompressMode::kAuto;
+  uint64_t min_bytes = 64 << 10;
+  DtypeHint dtype = DtypeHint::kAuto;
+  int socket_nthreads = 2;    // helper threads per connection
+  int nsocks_per_thread = 1;  // TCP streams each helper thread drives
+  uint64_t min_chunk_bytes = 64 << 10;
+  uint64_t inline_bytes = 16 << 10;
+  int workers = 1;        // codec worker threads (process-wide pool)
+  int max_requests = 64;  // requests in flight per comm
+  std::string stats_file;
+  double link_gbps = 0;     // 0: measure the link online
+  int probe_interval = 16;  // auto: sample the codec every N raw messages (backs off)
+  int connect_timeout_ms = 30000;
+  int io_timeout_ms = 0;  // 0: none; otherwise a stalled transfer fails after this long
+};
+
+// Reads the registry on first use (thread-safe) and returns it.
+const Settings& settings();
+// Logs every setting with its effective value (once per process) and any parse warnings.
+void log_settings_once();
+// Formats a byte count the way the settings are written ("64KiB").
+std::string format_bytes(uint64_t n);
+// Parses "123", "64K", "64KiB", "4M", "1G" (binary units). False on anything else.
+bool parse_bytes(const char* s, uint64_t* out);
+const char* compress_mode_name(CompressMode m);
+
+}  // namespace net
+}  // namespace zipccl

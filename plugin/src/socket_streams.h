@@ -1,0 +1,81 @@
+// Helper threads of the socket transport: each drives a few non-blocking TCP streams of one
+// connection, moving the pieces of large messages while NCCL's proxy thread only polls.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace zipccl {
+namespace net {
+
+// Completion state of one message. `pending` counts outstanding pieces (the control-stream part
+// included); the proxy thread owns everything else.
+struct OpSlot {
+  std::atomic<int> pending{0};
+  std::atomic<int> error{0};
+  bool in_use = false;
+};
+
+// Fixed pool of op slots, sized at connect time (no allocation per message).
+class OpTable {
+ public:
+  explicit OpTable(int capacity);
+  int acquire();  // -1 when full
+  void release(int id);
+  OpSlot* get(int id);
+  bool valid(int id) const { return id >= 0 && id < static_cast<int>(slots_.size()) && slots_[id].in_use; }
+
+ private:
+  std::vector<OpSlot> slots_;
+  std::vector<int> free_;
+};
+
+struct Piece {
+  char* ptr;
+  size_t len;
+  OpSlot* op;
+};
+
+class StreamThread {
+ public:
+  // Takes ownership of `fds` (non-blocking sockets). `sending` picks the direction. Any failure sets
+  // *conn_error (and the failing ops' error) and keeps the thread idle until destruction.
+  StreamThread(std::vector<int> fds, bool sending, std::atomic<int>* conn_error, int io_timeout_ms);
+  ~StreamThread();
+  StreamThread(const StreamThread&) = delete;
+  StreamThread& operator=(const StreamThread&) = delete;
+
+  void enqueue(int local_index, const Piece& p);
+  // Bytes this thread has moved through its sockets so far.
+  uint64_t bytes_moved() const { return moved_.load(std::memory_order_relaxed); }
+  const std::vector<int> fds() const;
+
+ private:
+  struct Sock {
+    int fd;
+    std::deque<Piece> queue;  // guarded by mu_; references stay valid across push_back
+    size_t offset = 0;        // progress within queue.front(), thread-only
+    int lowat = 1;            // SO_RCVLOWAT currently set (receive streams)
+  };
+  void run();
+  bool step(Sock* s, bool* failed);
+  void fail_all(const char* why, int err);
+
+  std::vector<Sock> socks_;
+  bool sending_;
+  std::atomic<int>* conn_error_;
+  int io_timeout_ms_;
+  int event_fd_ = -1;
+  std::mutex mu_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> moved_{0};
+  std::atomic<bool> failed_{false};
+  std::thread thread_;
+};
+
+}  // namespace net
+}  // namespace zipccl

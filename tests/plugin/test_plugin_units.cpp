@@ -1,0 +1,137 @@
+// Plugin internals that need no connection: interface selection syntax, size parsing, frame-header
+// validation, the auto policy's decisions.
+#include <gtest/gtest.h>
+
+#include "src/frame.h"
+#include "src/policy.h"
+#include "src/settings.h"
+#include "src/socket_iface.h"
+
+using namespace zipccl::net;
+
+namespace {
+bool choose(Policy& p, size_t n) {
+  bool sample = false;
+  return p.choose(n, &sample);
+}
+}  // namespace
+
+TEST(SocketIfname, PrefixExcludeExact) {
+  EXPECT_TRUE(iface_matches("eth", "eth0"));
+  EXPECT_TRUE(iface_matches("ib,eth", "eth1"));
+  EXPECT_FALSE(iface_matches("ib", "eth0"));
+  EXPECT_FALSE(iface_matches("^docker,lo", "lo"));
+  EXPECT_FALSE(iface_matches("^docker,lo", "docker0"));
+  EXPECT_TRUE(iface_matches("^docker,lo", "eth0"));
+  EXPECT_TRUE(iface_matches("=eth0", "eth0"));
+  EXPECT_FALSE(iface_matches("=eth0", "eth01"));
+  EXPECT_FALSE(iface_matches("^=eth0", "eth0"));
+  EXPECT_TRUE(iface_matches("^=eth0", "eth01"));
+  EXPECT_TRUE(iface_matches("eth0:1234", "eth0"));
+}
+
+TEST(SocketIfname, FindsLoopbackInBothFamilies) {
+  auto v4 = find_interfaces("=lo", AF_INET);
+  ASSERT_EQ(v4.size(), 1u);
+  EXPECT_EQ(v4[0].addr.sa.sa_family, AF_INET);
+  auto v6 = find_interfaces("=lo", AF_INET6);
+  if (!v6.empty()) {
+    EXPECT_EQ(v6[0].addr.sa.sa_family, AF_INET6);
+  }
+  EXPECT_TRUE(find_interfaces("=no-such-if", AF_UNSPEC).empty());
+  bool ok = true;
+  EXPECT_EQ(parse_family("AF_INET6", &ok), AF_INET6);
+  EXPECT_TRUE(ok);
+  parse_family("inet", &ok);
+  EXPECT_FALSE(ok);
+}
+
+TEST(Settings, ParseBytes) {
+  uint64_t v = 0;
+  EXPECT_TRUE(parse_bytes("4096", &v));
+  EXPECT_EQ(v, 4096u);
+  EXPECT_TRUE(parse_bytes("64K", &v));
+  EXPECT_EQ(v, 65536u);
+  EXPECT_TRUE(parse_bytes("4MiB", &v));
+  EXPECT_EQ(v, 4u << 20);
+  EXPECT_FALSE(parse_bytes("abc", &v));
+  EXPECT_FALSE(parse_bytes("-1", &v));
+  EXPECT_FALSE(parse_bytes("12Q", &v));
+  EXPECT_FALSE(parse_bytes("99999999999999999999G", &v));
+  EXPECT_EQ(format_bytes(256 << 10), "256KiB");
+  EXPECT_EQ(format_bytes(1000), "1000B");
+}
+
+TEST(Frame, ValidationRejectsEveryLie) {
+  FrameMeta ok = make_frame(FrameKind::kRaw, 0, 100, 100);
+  EXPECT_EQ(validate_frame(ok, 100, 100, 200), nullptr);
+  FrameMeta m = ok;
+  m.magic ^= 1;
+  EXPECT_NE(validate_frame(m, 100, 100, 200), nullptr);
+  EXPECT_NE(validate_frame(ok, 101, 100, 200), nullptr);  // transport disagrees
+  EXPECT_NE(validate_frame(ok, 100, 99, 200), nullptr);   // larger than posted
+  m = make_frame(FrameKind::kRaw, 0, 100, 50);
+  EXPECT_NE(validate_frame(m, 50, 100, 200), nullptr);  // raw but wire != size
+  m = make_frame(FrameKind::kCodec, 0, 100, 300);
+  EXPECT_NE(validate_frame(m, 300, 100, 200), nullptr);  // above the codec bound
+  m = make_frame(FrameKind::kCodec, 0, 100, 60);
+  EXPECT_EQ(validate_frame(m, 60, 100, 200), nullptr);
+  m.kind = 7;
+  EXPECT_NE(validate_frame(m, 60, 100, 200), nullptr);
+  m = ok;
+  m.version = 9;
+  EXPECT_NE(validate_frame(m, 100, 100, 200), nullptr);
+}
+
+TEST(Policy, CompressesOnSlowLinksOnly) {
+  // 1 Gbit/s link, codec at 1 GB/s, ratio 0.69: compression wins.
+  Policy slow(CompressMode::kAuto, 0, 125e6, true, 1, 1 << 20);
+  slow.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  EXPECT_TRUE(choose(slow, 4 << 20));
+  // 40 GB/s link: the codec is the bottleneck, raw wins.
+  Policy fast(CompressMode::kAuto, 0, 40e9, true, 1, 1 << 20);
+  fast.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  EXPECT_FALSE(choose(fast, 4 << 20));
+  // Incompressible data on a slow link: raw.
+  Policy noise(CompressMode::kAuto, 0, 125e6, true, 1, 1 << 20);
+  for (int i = 0; i < 20; ++i) noise.on_encoded(1 << 20, 1 << 20, 1e-3);
+  EXPECT_FALSE(choose(noise, 4 << 20));
+}
+
+TEST(Policy, FollowsTheMeasuredLink) {
+  Policy p(CompressMode::kAuto, 0, 40e9, true, 1, 1 << 20);
+  p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  EXPECT_FALSE(choose(p, 4 << 20));
+  for (int i = 0; i < 40; ++i) p.on_link(125000000, 1.0);  // the link turns out to be 1 Gbit/s
+  EXPECT_TRUE(choose(p, 4 << 20));
+}
+
+TEST(Policy, SamplesTheCodecWhileRawWithBackoff) {
+  Policy p(CompressMode::kAuto, 0, 40e9, true, 1, 4);
+  p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  int samples = 0, compressed = 0;
+  for (int i = 0; i < 400; ++i) {
+    bool sample = false;
+    compressed += p.choose(4 << 20, &sample) ? 1 : 0;
+    samples += sample ? 1 : 0;
+  }
+  EXPECT_EQ(compressed, 0);  // a fast link: raw throughout, never a compressed "probe"
+  EXPECT_GE(samples, 3);     // 4, 8, 16, 32, ...
+  EXPECT_LE(samples, 10);    // backed off
+  // While compressing there is nothing to sample: every compressed message measures the codec.
+  Policy slow(CompressMode::kAuto, 0, 125e6, true, 1, 4);
+  slow.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  for (int i = 0; i < 100; ++i) {
+    bool sample = true;
+    EXPECT_TRUE(slow.choose(4 << 20, &sample));
+    EXPECT_FALSE(sample);
+  }
+}
+
+TEST(Policy, ModesAndMinBytes) {
+  Policy always(CompressMode::kAlways, 1000, 40e9, true, 1, 16);
+  EXPECT_TRUE(choose(always, 4096));
+  EXPECT_FALSE(choose(always, 999));
+  Policy never(CompressMode::kNever, 0, 1e6, true, 1, 16);
+  EXPECT_FALSE(choose(never, 4 << 20));
+}

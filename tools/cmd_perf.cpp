@@ -1,0 +1,777 @@
+// zipccl perf: two processes drive libnccl-net-zipccl.so exactly as NCCL's proxy does (dlopen,
+// ncclNetPlugin_v11, listen/connect/accept loops, regMr, several requests in flight, test polling)
+// and report goodput raw vs compressed, the wire ratio and CPU use, beside a plain TCP stream between
+// the same two processes. Every received message is checked bit for bit.
+//
+// Each run forks a fresh receiver and sender (the plugin reads its settings once per process), over
+// loopback by default or across two network namespaces (--netns, see scripts/veth_perf.sh).
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../plugin/nccl/net_v11.h"
+#include "commands.h"
+
+namespace zipccl {
+namespace tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  size_t size = 4 << 20;
+  int inflight = 8;
+  double seconds = 2.0;
+  std::vector<std::string> data = {"bf16"};
+  std::vector<std::string> modes = {"never", "always", "auto"};
+  std::string plugin;
+  std::string addr = "127.0.0.1";
+  std::string ifname;
+  std::string recv_ns, send_ns;
+  bool baseline = true;
+  bool verbose = false;
+  int repeat = 1;
+  int idle_sleep_us = 0;  // 0: sched_yield when a polling pass made no progress, as NCCL's proxy does
+  std::string json;
+};
+
+// What a child reports back through its pipe.
+struct Result {
+  int ok;
+  double seconds;  // measured window
+  uint64_t bytes;  // payload bytes in the window
+  uint64_t messages;
+  uint64_t mismatches;
+  double cpu_seconds;  // process CPU (all threads) in the window
+  double tcp_seconds;  // plain TCP baseline, when run
+  uint64_t tcp_bytes;
+  double tcp_cpu_seconds;
+  uint64_t tcp_mismatches;
+  uint64_t stat_bytes_in, stat_bytes_wire, stat_compressed, stat_messages;
+  char error[240];
+};
+
+void usage(FILE* f) {
+  std::fprintf(
+      f,
+      "usage: zipccl perf [options]\n"
+      "  Two processes send messages through the NCCL net plugin as NCCL does and report goodput\n"
+      "  for ZIPCCL_COMPRESS=never|always|auto beside a plain TCP stream, ratio and CPU use.\n"
+      "options:\n"
+      "  --size BYTES        message size (default 4MiB; K/M suffixes)\n"
+      "  --inflight N        requests in flight per side (default 8)\n"
+      "  --seconds S         length of each run (default 2)\n"
+      "  --data LIST         comma list: bf16 (built-in gradient-like), random, or a raw bf16 file\n"
+      "  --modes LIST        comma list of never,always,auto (default all)\n"
+      "  --plugin PATH       the .so (default: next to this program's build tree, then the loader path)\n"
+      "  --addr IP           receiver address for the TCP baseline (default 127.0.0.1)\n"
+      "  --ifname SPEC       NCCL_SOCKET_IFNAME for both sides (default lo, or the environment's)\n"
+      "  --netns RECV,SEND   run receiver and sender in these network namespaces (root)\n"
+      "  --no-baseline       skip the plain TCP stream\n"
+      "  --repeat N          run every mode N times, interleaved, and report medians (default 1)\n"
+      "  --json FILE         append one JSON line per run\n"
+      "  --idle-sleep-us N   sleep N us instead of sched_yield when a polling pass made no progress\n"
+      "  --verbose           show the plugin's INFO log\n");
+}
+
+bool parse_size(const char* s, size_t* out) {
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (end == s) return false;
+  std::string u(end);
+  if (u == "K" || u == "KiB")
+    v <<= 10;
+  else if (u == "M" || u == "MiB")
+    v <<= 20;
+  else if (u == "G" || u == "GiB")
+    v <<= 30;
+  else if (!u.empty() && u != "B")
+    return false;
+  *out = v;
+  return true;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t c = s.find(',', pos);
+    std::string item = s.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
+    if (!item.empty()) out.push_back(item);
+    if (c == std::string::npos) break;
+    pos = c + 1;
+  }
+  return out;
+}
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+// Built-in gradient-like traffic: a bucket of bf16 tensors, each Gaussian with its own scale.
+std::vector<uint8_t> make_pool(const std::string& kind, size_t size, std::string* err) {
+  std::vector<uint8_t> pool;
+  if (kind == "bf16" || kind == "random") {
+    pool.resize(size * 8);
+    std::mt19937_64 rng(12345);
+    if (kind == "random") {
+      for (size_t i = 0; i + 8 <= pool.size(); i += 8) {
+        uint64_t v = rng();
+        std::memcpy(&pool[i], &v, 8);
+      }
+      return pool;
+    }
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::uniform_int_distribution<int> e(-14, -4);
+    const size_t kTensor = 192 << 10;
+    for (size_t t = 0; t < pool.size(); t += kTensor) {
+      float scale = std::ldexp(1.0f, e(rng));
+      for (size_t i = t; i + 2 <= pool.size() && i < t + kTensor; i += 2) {
+        uint16_t v = to_bf16(g(rng) * scale);
+        std::memcpy(&pool[i], &v, 2);
+      }
+    }
+    return pool;
+  }
+  std::ifstream f(kind, std::ios::binary);
+  if (!f) {
+    *err = "cannot read data file '" + kind + "'";
+    return pool;
+  }
+  pool.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  if (pool.size() < size) {
+    *err = "data file '" + kind + "' is smaller than one message";
+    pool.clear();
+    return pool;
+  }
+  pool.resize(pool.size() / size * size);
+  return pool;
+}
+
+std::string data_label(const std::string& kind) {
+  if (kind == "bf16") return "bf16 gradient-like Gaussian (built-in)";
+  if (kind == "random") return "random bytes";
+  size_t slash = kind.rfind('/');
+  return slash == std::string::npos ? kind : kind.substr(slash + 1);
+}
+
+std::string find_plugin(const std::string& explicit_path) {
+  if (!explicit_path.empty()) return explicit_path;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    std::string dir(exe);
+    dir = dir.substr(0, dir.rfind('/'));
+    for (const char* rel : {"/../plugin/", "/", "/../lib/"}) {
+      std::string p = dir + rel + "libnccl-net-zipccl.so";
+      if (access(p.c_str(), R_OK) == 0) return p;
+    }
+  }
+  return "libnccl-net-zipccl.so";
+}
+
+bool g_verbose = false;
+void logger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
+  if (level != NCCL_LOG_WARN && !(g_verbose && level == NCCL_LOG_INFO)) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "[%d] %s %s\n", static_cast<int>(getpid()), level == NCCL_LOG_WARN ? "WARN" : "INFO",
+               buf);
+}
+
+double cpu_now() {
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+void idle(const Options& o) {
+  if (o.idle_sleep_us > 0)
+    usleep(static_cast<useconds_t>(o.idle_sleep_us));
+  else
+    sched_yield();
+}
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+bool read_full(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n) {
+    ssize_t r = read(fd, c, n);
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool write_full(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n) {
+    ssize_t r = write(fd, c, n);
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+struct Child {
+  const Options* opt;
+  const std::vector<uint8_t>* pool;
+  std::string mode;
+  bool sender;
+  bool baseline;
+  int link_fd;    // receiver <-> sender: TCP port, plugin handle, end acknowledgement
+  int result_fd;  // -> orchestrator
+  std::string stats_path;
+};
+
+int fail(Child& c, Result* r, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(r->error, sizeof r->error, fmt, ap);
+  va_end(ap);
+  r->ok = 0;
+  write_full(c.result_fd, r, sizeof *r);
+  return 1;
+}
+
+// Plain TCP stream between the two processes, same addresses, same message size.
+bool tcp_baseline(Child& c, Result* r) {
+  const Options& o = *c.opt;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, o.addr.c_str(), &a.sin_addr);
+  std::vector<uint8_t> buf(o.size);
+  if (!c.sender) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    socklen_t len = sizeof a;
+    if (l < 0 || bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l, 1) != 0) return false;
+    getsockname(l, reinterpret_cast<sockaddr*>(&a), &len);
+    uint16_t port = a.sin_port;
+    if (!write_full(c.link_fd, &port, sizeof port)) return false;
+    int fd = accept(l, nullptr, nullptr);
+    close(l);
+    if (fd < 0) return false;
+    uint64_t total = 0, warm = 2 * o.size;
+    Clock::time_point t0;
+    double cpu0 = 0;
+    const uint64_t pool_bytes = c.pool->size() / o.size * o.size;
+    for (;;) {
+      ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      // Same check as the plugin runs get: every byte against what was sent.
+      for (size_t done = 0; done < static_cast<size_t>(n);) {
+        uint64_t off = (total + done) % pool_bytes;
+        size_t len = std::min<uint64_t>(static_cast<size_t>(n) - done, pool_bytes - off);
+        if (std::memcmp(buf.data() + done, c.pool->data() + off, len) != 0) ++r->tcp_mismatches;
+        done += len;
+      }
+      uint64_t before = total;
+      total += static_cast<uint64_t>(n);
+      if (before < warm && total >= warm) {
+        t0 = Clock::now();
+        cpu0 = cpu_now();
+        r->tcp_bytes = 0;
+      } else if (total > warm) {
+        r->tcp_bytes += static_cast<uint64_t>(n);
+      }
+    }
+    r->tcp_seconds = since(t0);
+    r->tcp_cpu_seconds = cpu_now() - cpu0;
+    close(fd);
+    return total > warm;
+  }
+  uint16_t port;
+  if (!read_full(c.link_fd, &port, sizeof port)) return false;
+  a.sin_port = port;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return false;
+  auto t0 = Clock::now();
+  double cpu0 = cpu_now();
+  size_t k = c.pool->size() / o.size;
+  for (uint64_t i = 0; since(t0) < o.seconds; ++i) {
+    if (!write_full(fd, c.pool->data() + (i % k) * o.size, o.size)) break;
+  }
+  r->tcp_seconds = since(t0);
+  r->tcp_cpu_seconds = cpu_now() - cpu0;
+  close(fd);
+  return true;
+}
+
+void read_stats(const std::string& path, Result* r) {
+  std::ifstream f(path);
+  std::string line;
+  auto field = [&line](const char* key) -> uint64_t {
+    std::string k = std::string("\"") + key + "\":";
+    size_t p = line.find(k);
+    return p == std::string::npos ? 0 : std::strtoull(line.c_str() + p + k.size(), nullptr, 10);
+  };
+  while (std::getline(f, line)) {
+    r->stat_bytes_in += field("bytes_in");
+    r->stat_bytes_wire += field("bytes_wire");
+    r->stat_compressed += field("compressed");
+    r->stat_messages += field("messages");
+  }
+}
+
+int run_child(Child& c) {
+  Result r{};
+  const Options& o = *c.opt;
+  const std::string& ns = c.sender ? o.send_ns : o.recv_ns;
+  if (!ns.empty()) {
+    std::string p = "/var/run/netns/" + ns;
+    int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
+      return fail(c, &r, "cannot enter netns %s (root needed)", ns.c_str());
+    close(fd);
+  }
+  // This child is the "job": it configures the plugin through its own environment, before loading it.
+  setenv("ZIPCCL_COMPRESS", c.mode.c_str(), 1);
+  if (!o.ifname.empty())
+    setenv("NCCL_SOCKET_IFNAME", o.ifname.c_str(), 1);
+  else
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  if (c.sender) setenv("ZIPCCL_STATS_FILE", c.stats_path.c_str(), 1);
+  if (c.baseline && !tcp_baseline(c, &r))
+    return fail(c, &r, "plain TCP baseline failed: %s", std::strerror(errno));
+
+  std::string path = find_plugin(o.plugin);
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return fail(c, &r, "dlopen(%s): %s", path.c_str(), dlerror());
+  auto* net = static_cast<const ncclNet_v11_t*>(dlsym(lib, "ncclNetPlugin_v11"));
+  if (!net) return fail(c, &r, "%s does not export ncclNetPlugin_v11", path.c_str());
+  void* ctx = nullptr;
+  ncclNetCommConfig_v11_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  if (net->init(&ctx, 1, &cfg, logger, nullptr) != ncclSuccess) return fail(c, &r, "plugin init failed");
+  int ndev = 0;
+  if (net->devices(&ndev) != ncclSuccess || ndev < 1) return fail(c, &r, "plugin found no network device");
+
+  const size_t k = c.pool->size() / o.size;
+  std::vector<std::vector<uint8_t>> bufs(o.inflight, std::vector<uint8_t>(o.size));
+  std::vector<void*> mh(o.inflight, nullptr);
+  std::vector<void*> req(o.inflight, nullptr);
+  std::vector<uint64_t> idx(o.inflight, 0);
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ncclNetDeviceHandle_v11_t* dev_handle = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+
+  if (!c.sender) {
+    void* lc = nullptr;
+    void* rc = nullptr;
+    if (net->listen(ctx, 0, handle, &lc) != ncclSuccess) return fail(c, &r, "listen failed");
+    if (!write_full(c.link_fd, handle, sizeof handle)) return fail(c, &r, "handle pipe closed");
+    while (!rc) {
+      if (net->accept(lc, &rc, &dev_handle) != ncclSuccess) return fail(c, &r, "accept failed");
+      if (Clock::now() > deadline) return fail(c, &r, "accept timed out");
+    }
+    for (int i = 0; i < o.inflight; ++i) net->regMr(rc, bufs[i].data(), o.size, NCCL_PTR_HOST, &mh[i]);
+    uint64_t posted = 0, completed = 0;
+    const uint64_t warm = 2;
+    Clock::time_point t0 = Clock::now(), t_last = t0;
+    double cpu0 = cpu_now();
+    bool end = false;
+    while (!end) {
+      // Like NCCL's proxy: yield when a pass made no progress, so codec workers get the core.
+      bool progressed = false;
+      for (int s = 0; s < o.inflight; ++s) {
+        if (!req[s]) {
+          void* d = bufs[s].data();
+          size_t sz = o.size;
+          int tag = 0;
+          if (net->irecv(rc, 1, &d, &sz, &tag, &mh[s], nullptr, &req[s]) != ncclSuccess)
+            return fail(c, &r, "irecv failed");
+          if (req[s]) idx[s] = posted++;
+          continue;
+        }
+        int done = 0, size = 0;
+        if (net->test(req[s], &done, &size) != ncclSuccess) return fail(c, &r, "receive test failed");
+        if (!done) continue;
+        progressed = true;
+        req[s] = nullptr;
+        if (size == 0) {  // the sender's end marker: let it close only now, so no receive sees EOF
+          end = true;
+          char ack = 1;
+          write_full(c.link_fd, &ack, 1);
+          break;
+        }
+        if (static_cast<size_t>(size) != o.size ||
+            std::memcmp(bufs[s].data(), c.pool->data() + (idx[s] % k) * o.size, o.size) != 0) {
+          ++r.mismatches;
+        }
+        ++completed;
+        if (completed == warm) {
+          t0 = Clock::now();
+          cpu0 = cpu_now();
+        } else if (completed > warm) {
+          r.bytes += static_cast<uint64_t>(size);
+          ++r.messages;
+          t_last = Clock::now();
+        }
+      }
+      if (!progressed) idle(o);
+    }
+    r.seconds = std::chrono::duration<double>(t_last - t0).count();
+    r.cpu_seconds = cpu_now() - cpu0;
+    for (int i = 0; i < o.inflight; ++i) net->deregMr(rc, mh[i]);
+    net->closeRecv(rc);
+    net->closeListen(lc);
+  } else {
+    if (!read_full(c.link_fd, handle, sizeof handle)) return fail(c, &r, "no handle from the receiver");
+    void* sc = nullptr;
+    while (!sc) {
+      if (net->connect(ctx, 0, handle, &sc, &dev_handle) != ncclSuccess) return fail(c, &r, "connect failed");
+      if (Clock::now() > deadline) return fail(c, &r, "connect timed out");
+    }
+    std::vector<void*> smh(k, nullptr);
+    for (size_t i = 0; i < k; ++i) {
+      net->regMr(sc, const_cast<uint8_t*>(c.pool->data()) + i * o.size, o.size, NCCL_PTR_HOST, &smh[i]);
+    }
+    auto t0 = Clock::now();
+    double cpu0 = cpu_now();
+    uint64_t next = 0;
+    bool stopping = false;
+    for (;;) {
+      bool busy = false, progressed = false;
+      stopping = stopping || since(t0) >= o.seconds;
+      for (int s = 0; s < o.inflight; ++s) {
+        if (!req[s]) {
+          if (stopping) continue;
+          uint64_t m = next % k;
+          void* data = const_cast<uint8_t*>(c.pool->data()) + m * o.size;
+          if (net->isend(sc, data, o.size, 0, smh[m], nullptr, &req[s]) != ncclSuccess)
+            return fail(c, &r, "isend failed");
+          if (req[s]) ++next;
+          busy = true;
+          continue;
+        }
+        busy = true;
+        int done = 0;
+        if (net->test(req[s], &done, nullptr) != ncclSuccess) return fail(c, &r, "send test failed");
+        if (done) {
+          req[s] = nullptr;
+          progressed = true;
+        }
+      }
+      if (stopping && !busy) break;
+      if (!progressed) idle(o);
+    }
+    void* end_req = nullptr;
+    while (!end_req) {
+      if (net->isend(sc, nullptr, 0, 0, nullptr, nullptr, &end_req) != ncclSuccess)
+        return fail(c, &r, "isend failed");
+    }
+    for (int done = 0; !done;) {
+      if (net->test(end_req, &done, nullptr) != ncclSuccess) return fail(c, &r, "send test failed");
+    }
+    r.seconds = since(t0);
+    r.cpu_seconds = cpu_now() - cpu0;
+    r.messages = next;
+    char ack;
+    read_full(c.link_fd, &ack, 1);
+    for (size_t i = 0; i < k; ++i) net->deregMr(sc, smh[i]);
+    net->closeSend(sc);  // writes the comm's statistics line
+    read_stats(c.stats_path, &r);
+    unlink(c.stats_path.c_str());
+  }
+  net->finalize(ctx);
+  r.ok = 1;
+  write_full(c.result_fd, &r, sizeof r);
+  return 0;
+}
+
+struct RunOutcome {
+  Result recv{}, send{};
+  bool ok = false;
+};
+
+RunOutcome run_pair(const Options& o, const std::vector<uint8_t>& pool, const std::string& mode,
+                    bool baseline) {
+  RunOutcome out;
+  int link[2], rres[2], sres[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, link) || pipe(rres) || pipe(sres)) return out;
+  std::string stats = "/tmp/zipccl-perf-" + std::to_string(getpid()) + "-" + mode + ".jsonl";
+  unlink(stats.c_str());
+  pid_t pids[2];
+  for (int side = 0; side < 2; ++side) {
+    pids[side] = fork();
+    if (pids[side] == 0) {
+      Child c{&o,
+              &pool,
+              mode,
+              side == 1,
+              baseline,
+              side == 0 ? link[1] : link[0],
+              side == 0 ? rres[1] : sres[1],
+              stats};
+      _exit(run_child(c));
+    }
+  }
+  close(link[0]);
+  close(link[1]);
+  close(rres[1]);
+  close(sres[1]);
+  // Both children finish within the run length plus setup; beyond that something hangs.
+  auto deadline = Clock::now() + std::chrono::duration<double>(o.seconds * (baseline ? 2 : 1) + 30);
+  bool got_r = false, got_s = false;
+  while ((!got_r || !got_s) && Clock::now() < deadline) {
+    pollfd p[2] = {{rres[0], POLLIN, 0}, {sres[0], POLLIN, 0}};
+    if (poll(p, 2, 200) <= 0) continue;
+    if (!got_r && p[0].revents)
+      got_r = read_full(rres[0], &out.recv, sizeof out.recv) || (got_r = true, false);
+    if (!got_s && p[1].revents)
+      got_s = read_full(sres[0], &out.send, sizeof out.send) || (got_s = true, false);
+  }
+  for (pid_t p : pids) {
+    if (!got_r || !got_s) kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
+  close(rres[0]);
+  close(sres[0]);
+  if (!got_r || !got_s)
+    std::snprintf(out.recv.error, sizeof out.recv.error, "timed out (a side hung or died)");
+  out.ok = out.recv.ok && out.send.ok;
+  return out;
+}
+
+double gbps(uint64_t bytes, double s) {
+  return s > 0 ? bytes * 8.0 / s / 1e9 : 0;
+}
+
+}  // namespace
+
+int cmd_perf(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&](const char* what) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "zipccl perf: %s needs a value\n", what);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      usage(stdout);
+      return 0;
+    } else if (a == "--size") {
+      if (!parse_size(next("--size"), &o.size) || o.size == 0 || o.size > (1u << 30)) {
+        std::fprintf(stderr, "zipccl perf: --size must be 1B..1GiB\n");
+        return 2;
+      }
+    } else if (a == "--inflight") {
+      o.inflight = std::atoi(next("--inflight"));
+      if (o.inflight < 1 || o.inflight > 32) {
+        std::fprintf(stderr, "zipccl perf: --inflight must be 1..32\n");
+        return 2;
+      }
+    } else if (a == "--seconds") {
+      o.seconds = std::atof(next("--seconds"));
+      if (!(o.seconds > 0 && o.seconds <= 600)) {
+        std::fprintf(stderr, "zipccl perf: --seconds must be in (0, 600]\n");
+        return 2;
+      }
+    } else if (a == "--data") {
+      o.data = split(next("--data"));
+    } else if (a == "--modes") {
+      o.modes = split(next("--modes"));
+      for (auto& m : o.modes) {
+        if (m != "never" && m != "always" && m != "auto") {
+          std::fprintf(stderr, "zipccl perf: unknown mode '%s'\n", m.c_str());
+          return 2;
+        }
+      }
+    } else if (a == "--plugin") {
+      o.plugin = next("--plugin");
+    } else if (a == "--addr") {
+      o.addr = next("--addr");
+    } else if (a == "--ifname") {
+      o.ifname = next("--ifname");
+    } else if (a == "--netns") {
+      auto v = split(next("--netns"));
+      if (v.size() != 2) {
+        std::fprintf(stderr, "zipccl perf: --netns takes RECV_NS,SEND_NS\n");
+        return 2;
+      }
+      o.recv_ns = v[0];
+      o.send_ns = v[1];
+    } else if (a == "--repeat") {
+      o.repeat = std::atoi(next("--repeat"));
+      if (o.repeat < 1 || o.repeat > 50) {
+        std::fprintf(stderr, "zipccl perf: --repeat must be 1..50\n");
+        return 2;
+      }
+    } else if (a == "--idle-sleep-us") {
+      o.idle_sleep_us = std::atoi(next("--idle-sleep-us"));
+      if (o.idle_sleep_us < 0 || o.idle_sleep_us > 100000) {
+        std::fprintf(stderr, "zipccl perf: --idle-sleep-us must be 0..100000\n");
+        return 2;
+      }
+    } else if (a == "--no-baseline") {
+      o.baseline = false;
+    } else if (a == "--json") {
+      o.json = next("--json");
+    } else if (a == "--verbose") {
+      o.verbose = g_verbose = true;
+    } else {
+      std::fprintf(stderr, "zipccl perf: unknown option '%s'\n\n", a.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  in_addr probe;
+  if (inet_pton(AF_INET, o.addr.c_str(), &probe) != 1) {
+    std::fprintf(stderr, "zipccl perf: --addr must be an IPv4 address\n");
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  std::string plugin = find_plugin(o.plugin);
+  const char* env_if = std::getenv("NCCL_SOCKET_IFNAME");
+  std::string ifname = !o.ifname.empty() ? o.ifname : (env_if ? env_if : "lo");
+  std::printf("zipccl perf: 2 processes through %s (ncclNet v11) over %s%s%s\n", plugin.c_str(),
+              ifname.c_str(), o.recv_ns.empty() ? "" : ", netns ",
+              o.recv_ns.empty() ? "" : (o.recv_ns + "/" + o.send_ns).c_str());
+  std::printf(
+      "  %zu KiB messages, %d in flight, %.1f s per run; goodput = uncompressed bytes delivered per second\n",
+      o.size >> 10, o.inflight, o.seconds);
+  int status = 0;
+  FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "a");
+  for (const std::string& d : o.data) {
+    std::string err;
+    std::vector<uint8_t> pool = make_pool(d, o.size, &err);
+    if (pool.empty()) {
+      std::fprintf(stderr, "zipccl perf: %s\n", err.c_str());
+      return 2;
+    }
+    std::printf(
+        "\ndata: %s%s\n", data_label(d).c_str(),
+        o.repeat > 1 ? (" (median of " + std::to_string(o.repeat) + " interleaved runs)").c_str() : "");
+    std::printf("  %-24s %14s %8s %10s %11s %9s %9s %10s\n", "run", "goodput", "vs raw", "wire ratio",
+                "compressed", "send CPU", "recv CPU", "bit-exact");
+    // Rounds interleave the modes so slow drifts in machine load hit every mode alike.
+    std::vector<std::vector<RunOutcome>> runs(o.modes.size());
+    std::vector<std::string> failures;
+    for (int round = 0; round < o.repeat; ++round) {
+      for (size_t m = 0; m < o.modes.size(); ++m) {
+        RunOutcome out = run_pair(o, pool, o.modes[m], o.baseline && m == 0);
+        if (!out.ok) {
+          failures.push_back(o.modes[m] + ": " + out.recv.error + (out.send.error[0] ? " / " : "") +
+                             out.send.error);
+          continue;
+        }
+        runs[m].push_back(out);
+      }
+    }
+    for (const std::string& f : failures) {
+      std::printf("  FAILED %s\n", f.c_str());
+      status = 1;
+    }
+    auto median_of = [](std::vector<RunOutcome> v, auto key) -> RunOutcome {
+      std::sort(v.begin(), v.end(),
+                [&](const RunOutcome& a, const RunOutcome& b) { return key(a) < key(b); });
+      return v[v.size() / 2];
+    };
+    auto goodput = [](const RunOutcome& r) { return gbps(r.recv.bytes, r.recv.seconds); };
+    auto tcp_goodput = [](const RunOutcome& r) { return gbps(r.recv.tcp_bytes, r.recv.tcp_seconds); };
+    double raw_gbps = 0;
+    for (size_t m = 0; m < o.modes.size(); ++m) {
+      if (runs[m].empty()) continue;
+      if (o.modes[m] == "never") raw_gbps = goodput(median_of(runs[m], goodput));
+    }
+    for (size_t m = 0; m < o.modes.size(); ++m) {
+      if (runs[m].empty()) continue;
+      if (o.baseline && m == 0) {
+        RunOutcome b = median_of(runs[m], tcp_goodput);
+        double t = tcp_goodput(b);
+        bool tcp_exact = true;
+        for (const RunOutcome& r : runs[m]) tcp_exact &= r.recv.tcp_mismatches == 0;
+        if (!tcp_exact) status = 1;
+        char vs[16] = "";
+        if (raw_gbps > 0) std::snprintf(vs, sizeof vs, "%.2fx", t / raw_gbps);
+        std::printf("  %-24s %9.2f Gb/s %8s %10s %11s %8.0f%% %8.0f%% %10s\n", "plain TCP stream", t, vs, "-",
+                    "-", 100 * b.send.tcp_cpu_seconds / b.send.tcp_seconds,
+                    100 * b.recv.tcp_cpu_seconds / std::max(b.recv.tcp_seconds, 1e-9),
+                    tcp_exact ? "yes" : "NO");
+        if (json) {
+          std::fprintf(json, "{\"data\":\"%s\",\"run\":\"tcp\",\"gbps\":%.4f,\"size\":%zu,\"runs\":%zu}\n",
+                       data_label(d).c_str(), t, o.size, runs[m].size());
+        }
+      }
+      const std::string& mode = o.modes[m];
+      RunOutcome out = median_of(runs[m], goodput);
+      double g = goodput(out);
+      double ratio = out.send.stat_bytes_wire
+                         ? static_cast<double>(out.send.stat_bytes_in) / out.send.stat_bytes_wire
+                         : 1;
+      char vs[16] = "";
+      if (raw_gbps > 0) std::snprintf(vs, sizeof vs, "%.2fx", g / raw_gbps);
+      char comp[32];
+      std::snprintf(comp, sizeof comp, "%llu/%llu", (unsigned long long)out.send.stat_compressed,
+                    (unsigned long long)out.send.stat_messages);
+      bool exact = true;
+      for (const RunOutcome& r : runs[m]) exact &= r.recv.mismatches == 0 && r.recv.messages > 0;
+      if (!exact) status = 1;
+      std::printf("  %-24s %9.2f Gb/s %8s %10.3f %11s %8.0f%% %8.0f%% %10s\n",
+                  ("ZIPCCL_COMPRESS=" + mode).c_str(), g, vs, ratio, comp,
+                  100 * out.send.cpu_seconds / out.send.seconds,
+                  100 * out.recv.cpu_seconds / std::max(out.recv.seconds, 1e-9), exact ? "yes" : "NO");
+      if (json) {
+        std::string all;
+        for (const RunOutcome& r : runs[m]) all += (all.empty() ? "" : ",") + std::to_string(goodput(r));
+        std::fprintf(json,
+                     "{\"data\":\"%s\",\"run\":\"%s\",\"gbps\":%.4f,\"all_gbps\":[%s],\"ratio\":%.4f,"
+                     "\"compressed\":%llu,"
+                     "\"messages\":%llu,\"send_cpu\":%.3f,\"recv_cpu\":%.3f,\"exact\":%s,\"size\":%zu}\n",
+                     data_label(d).c_str(), mode.c_str(), g, all.c_str(), ratio,
+                     (unsigned long long)out.send.stat_compressed, (unsigned long long)out.send.stat_messages,
+                     out.send.cpu_seconds / out.send.seconds,
+                     out.recv.cpu_seconds / std::max(out.recv.seconds, 1e-9), exact ? "true" : "false",
+                     o.size);
+      }
+    }
+  }
+  if (json) std::fclose(json);
+  std::printf(
+      "\nCPU: share of one core used by each process (plugin threads and its busy-polling driver loop\n"
+      "included) while it ran.\n");
+  if (o.recv_ns.empty() && (ifname == "lo" || ifname == "=lo")) {
+    std::printf(
+        "On loopback the 'link' is a memory copy between two processes on the same cores: compression\n"
+        "cannot pay here and auto should stay raw. For a network-limited link run (root):\n"
+        "  scripts/veth_perf.sh 2gbit      (two namespaces joined by a veth pair shaped with tc tbf)\n");
+  }
+  return status;
+}
+
+}  // namespace tools
+}  // namespace zipccl
