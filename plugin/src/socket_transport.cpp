@@ -93,6 +93,22 @@ uint64_t chunk_for(uint64_t len, int nstreams) {
   return per < min_chunk ? min_chunk : per;
 }
 
+// test() of one op, the same in both directions: an error if the op or its connection failed;
+// done (and the slot released) once every piece has moved.
+ncclResult_t test_op(OpTable& ops, int op, const std::atomic<int>& conn_error, const char* what, bool* done) {
+  OpSlot* slot = ops.get(op);
+  if (!slot) {
+    ZIPCCL_WARN("test on an unknown %s op %d", what, op);
+    return ncclInternalError;
+  }
+  if (slot->error.load() || conn_error.load()) return ncclSystemError;
+  if (slot->pending.load(std::memory_order_acquire) == 0) {
+    *done = true;
+    ops.release(op);
+  }
+  return ncclSuccess;
+}
+
 class SocketSendConn final : public SendConn {
  public:
   SocketSendConn(std::vector<int> fds, int per_thread)
@@ -149,17 +165,7 @@ class SocketSendConn final : public SendConn {
   ncclResult_t test(int op, bool* done) override {
     *done = false;
     ZIPCCL_CHECK(progress());
-    OpSlot* slot = ops_.get(op);
-    if (!slot) {
-      ZIPCCL_WARN("test on an unknown send op %d", op);
-      return ncclInternalError;
-    }
-    if (slot->error.load() || error_.load()) return ncclSystemError;
-    if (slot->pending.load(std::memory_order_acquire) == 0) {
-      *done = true;
-      ops_.release(op);
-    }
-    return ncclSuccess;
+    return test_op(ops_, op, error_, "send", done);
   }
 
   void link_progress(uint64_t* delivered, uint64_t* backlog) override {
@@ -300,17 +306,7 @@ class SocketRecvConn final : public RecvConn {
   ncclResult_t test(int op, bool* done) override {
     *done = false;
     ZIPCCL_CHECK(progress());
-    OpSlot* slot = ops_.get(op);
-    if (!slot) {
-      ZIPCCL_WARN("test on an unknown receive op %d", op);
-      return ncclInternalError;
-    }
-    if (slot->error.load() || error_.load()) return ncclSystemError;
-    if (slot->pending.load(std::memory_order_acquire) == 0) {
-      *done = true;
-      ops_.release(op);
-    }
-    return ncclSuccess;
+    return test_op(ops_, op, error_, "receive", done);
   }
 
  private:
