@@ -4,7 +4,7 @@
 // the same two processes. Every received message is checked bit for bit.
 //
 // Each run forks a fresh receiver and sender (the plugin reads its settings once per process), over
-// loopback by default or across two network namespaces (--netns, see scripts/veth_perf.sh).
+// loopback by default or across two network namespaces (--netns, see tools/veth_perf.sh).
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -768,7 +768,7 @@ int cmd_perf(int argc, char** argv) {
     std::printf(
         "On loopback the 'link' is a memory copy between two processes on the same cores: compression\n"
         "cannot pay here and auto should stay raw. For a network-limited link run (root):\n"
-        "  scripts/veth_perf.sh 2gbit      (two namespaces joined by a veth pair shaped with tc tbf)\n");
+        "  tools/veth_perf.sh 2gbit      (two namespaces joined by a veth pair shaped with tc tbf)\n");
   }
   return status;
 }

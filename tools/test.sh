@@ -3,7 +3,7 @@
 # run of the frame decoder. ZIPCCL_QUICK=1 runs only the first.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source scripts/setup.sh
+source tools/setup.sh
 
 passed=0
 # run_ctest DIR [ctest args]: runs the suite, adds its passed count to the total.

@@ -3,5 +3,5 @@
 # machine with built-in bf16 gradient-like data, raw vs compressed, bit-exactness checked.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source scripts/setup.sh
+source tools/setup.sh
 exec ./build/tools/zipccl perf "$@"

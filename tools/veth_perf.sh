@@ -2,7 +2,7 @@
 # Runs `zipccl perf` across two network namespaces joined by a veth pair, both directions shaped
 # with `tc tbf` to RATE - a stand-in for a real inter-node link. Needs root (ip netns, tc).
 #
-#   scripts/veth_perf.sh RATE [zipccl perf options...]
+#   tools/veth_perf.sh RATE [zipccl perf options...]
 #     RATE: a tc rate (1gbit, 2gbit, 10gbit) or "none" for an unshaped veth
 #   env: ZIPCCL_BIN (default build/tools/zipccl), ZC_PREFIX (name prefix, default zcp)
 #
