@@ -38,6 +38,14 @@ cmake --build build-tsan -j"$JOBS" --target nccl-net-zipccl test_plugin_abi test
   test_plugin_conformance test_plugin_faults plugin_peer
 run_ctest build-tsan -R '^(never|always|auto6)[.]|Faults|Garbage|PluginAbi|SocketIfname|Settings[.]|Frame[.]|Policy[.]'
 
+echo "== CPU codec on AArch64 (NEON kernels; cross-built, run under qemu-user)"
+log=$(mktemp)
+tools/arm64_check.sh 2>&1 | tee "$log"
+n=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n 1)
+rm -f "$log"
+[[ -n "$n" ]] || { echo "test.sh: arm64: tests failed" >&2; exit 1; }
+passed=$((passed + n))
+
 echo "== fuzz the frame decoder (libFuzzer, ${ZIPCCL_FUZZ_SECONDS:-60} s)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_FUZZ=ON \
   -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF \

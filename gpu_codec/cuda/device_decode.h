@@ -27,9 +27,10 @@ struct DecodeShared {
   uint8_t window[4][fmt::kMaxLanes][kDecodeWindow];
   uint32_t lane_at[4][fmt::kMaxLanes];     // lane stream offset in the block
   uint16_t lane_bytes[4][fmt::kMaxLanes];
-  uint32_t lane_pos[4][fmt::kMaxLanes];    // bits consumed so far
+  uint32_t lane_pos[4][fmt::kMaxLanes];    // HUFF: bits consumed so far; SPARSE: next exception
   uint32_t data_at[4];
   uint32_t lo[4], nsym[4], nruns[4];
+  uint32_t except[4];                      // SPARSE: exception count (sh.value: the base)
   uint8_t mode[4], value[4];
   uint32_t error;
   // Kernel bookkeeping (decode_body): per-message headers and the unit prefix of the batch.
@@ -45,6 +46,23 @@ struct DecodeShared {
 ZIPCCL_HD uint32_t dec_lane_count(uint32_t m, uint32_t per, int k) {
   const uint32_t first = uint32_t(k) * per;
   return first < m ? (m - first < per ? m - first : per) : 0;
+}
+
+// Validates a SPARSE plane's exceptions (ascending positions below m, values other than the base)
+// and sets each lane's first exception: lane k's elements start at k * per.
+ZIPCCL_HD bool parse_sparse(const uint8_t* data, uint32_t m, uint32_t per, int lanes, DecodeShared& sh, int p) {
+  const uint32_t k_total = sh.except[p];
+  const uint8_t* val = data + 2 * size_t(k_total);
+  uint32_t next = 0;
+  int lane = 0;
+  for (uint32_t j = 0; j < k_total; ++j) {
+    const uint32_t i = uint32_t(load_byte(data + 2 * j) | (load_byte(data + 2 * j + 1) << 8));
+    if (i < next || i >= m || load_byte(val + j) == sh.value[p]) return false;
+    for (; lane < lanes && uint32_t(lane) * per <= i; ++lane) sh.lane_pos[p][lane] = j;
+    next = i + 1;
+  }
+  for (; lane < lanes; ++lane) sh.lane_pos[p][lane] = k_total;
+  return true;
 }
 
 // Parses and validates the block header and layout (thread 0). Returns false when malformed.
@@ -87,8 +105,12 @@ ZIPCCL_HD bool parse_block(const uint8_t* blk, uint32_t size, uint32_t m, int np
         sh.lane_bytes[p][k] = lb;
         stream[p] += lb;
       }
-    } else if (mode != fmt::kPlaneRaw) {
-      return false;
+    } else if (mode == fmt::kPlaneSparse) {
+      if (size - pos < fmt::kSparseDescBytes) return false;
+      sh.value[p] = load_byte(blk + pos);
+      sh.except[p] = uint32_t(load_byte(blk + pos + 1) | (load_byte(blk + pos + 2) << 8));
+      if (sh.except[p] == 0) return false;
+      pos += uint32_t(fmt::kSparseDescBytes);
     }
   }
   for (; pos & 3; ++pos) {
@@ -107,6 +129,9 @@ ZIPCCL_HD bool parse_block(const uint8_t* blk, uint32_t size, uint32_t m, int np
         sh.lane_pos[p][k] = 0;
         at += sh.lane_bytes[p][k];
       }
+    } else if (sh.mode[p] == fmt::kPlaneSparse) {
+      bytes = fmt::sparse_data_bytes(sh.except[p]);
+      if (pos + bytes > size || !parse_sparse(blk + pos, m, per, lanes, sh, p)) return false;
     }
     const uint64_t end = fmt::round_up4(pos + bytes);
     if (end > size) return false;
@@ -188,13 +213,31 @@ ZIPCCL_HD bool decode_window(const uint8_t* blk, DecodeShared& sh, int p, int k,
   return (pos & 7) == 0 || (load_byte(lane + lane_bytes - 1) & (0xFFu >> (pos & 7))) == 0;
 }
 
-// Element i of the block (window-local index j of lane k for HUFF planes).
+// Expands symbols [from, end) of lane k of SPARSE plane p into its window: the base, then the
+// lane's exceptions that fall in the window (consumed in order from sh.lane_pos).
+ZIPCCL_HD void sparse_window(const uint8_t* blk, DecodeShared& sh, int p, int k, uint32_t first, uint32_t from,
+                             uint32_t count) {
+  const uint32_t end = from + kDecodeWindow < count ? from + kDecodeWindow : count;
+  uint8_t* out = sh.window[p][k];
+  for (uint32_t i = from; i < end; ++i) out[i - from] = sh.value[p];
+  const uint8_t* data = blk + sh.data_at[p];
+  const uint32_t k_total = sh.except[p];
+  uint32_t j = sh.lane_pos[p][k];
+  for (; j < k_total; ++j) {
+    const uint32_t i = uint32_t(load_byte(data + 2 * j) | (load_byte(data + 2 * j + 1) << 8));
+    if (i >= first + end) break;
+    out[i - first - from] = load_byte(data + 2 * size_t(k_total) + j);
+  }
+  sh.lane_pos[p][k] = j;
+}
+
+// Element i of the block (window-local index j of lane k for HUFF and SPARSE planes).
 ZIPCCL_HD uint32_t merge_element(const uint8_t* blk, const DecodeShared& sh, int np, int k, uint32_t j, uint32_t i) {
   uint8_t b[4];
   for (int p = 0; p < np; ++p) {
     b[p] = sh.mode[p] == fmt::kPlaneConst ? sh.value[p]
-           : sh.mode[p] == fmt::kPlaneHuff ? sh.window[p][k][j]
-                                           : load_byte(blk + sh.data_at[p] + i);
+           : sh.mode[p] == fmt::kPlaneRaw ? load_byte(blk + sh.data_at[p] + i)
+                                          : sh.window[p][k][j];
   }
   return np == 2 ? fmt::merge16(b[0], b[1]) : fmt::merge32(b[0], b[1], b[2], b[3]);
 }
@@ -234,6 +277,7 @@ ZIPCCL_HD bool decode_block(const Cta& cta, const uint8_t* blk, uint32_t size, u
       const uint32_t cnt = dec_lane_count(m, per, k);
       if (sh.mode[p] == fmt::kPlaneHuff && from < cnt && !decode_window(blk, sh, p, k, from, cnt))
         cta.or_bits(&sh.error, 1);
+      if (sh.mode[p] == fmt::kPlaneSparse && from < cnt) sparse_window(blk, sh, p, k, uint32_t(k) * per, from, cnt);
     }
     cta.sync();
     if (sh.error) return false;

@@ -19,7 +19,7 @@ namespace codec {
 namespace gpu {
 namespace detail {
 
-constexpr uint8_t kPlaneCandidate = 3;  // transient: a full histogram and a code are needed
+constexpr uint8_t kPlaneCandidate = 4;  // transient: a full histogram and a code are needed
 
 // Fixed part of the encode CTA's shared memory.
 struct EncodeShared {
@@ -30,6 +30,7 @@ struct EncodeShared {
   uint32_t lane_at[4][fmt::kMaxLanes];  // offset of each lane stream in the staged block
   uint64_t bits[4];
   uint32_t lo[4], nsym[4], data_at[4];
+  uint32_t except[4];            // SPARSE: bytes other than the base (sh.value)
   uint8_t mode[4], value[4];
   uint32_t flags;        // bit p: plane p not all equal; bit 4: an element differs from `first`
   uint32_t block_bytes;
@@ -195,7 +196,16 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
       bits += uint64_t(b->leaf_freq[i]) * b->leaf_depth[i];
     }
     sh.lo[p] = lo, sh.nsym[p] = hi - lo + 1, sh.bits[p] = bits;
-    if (!policy::huff_estimate_pays(sh.nsym[p], bits, lanes, m)) {
+    const bool huff = policy::huff_estimate_pays(sh.nsym[p], bits, lanes, m);
+    uint32_t except = 0;
+    const uint32_t base = policy::sparse_base(sh.hist[p], m, &except);
+    if (policy::sparse_pays(except, m, huff, sh.nsym[p], bits, lanes)) {
+      sh.mode[p] = fmt::kPlaneSparse;
+      sh.value[p] = uint8_t(base);
+      sh.except[p] = except;
+      continue;
+    }
+    if (!huff) {
       sh.mode[p] = fmt::kPlaneRaw;
       continue;
     }
@@ -203,19 +213,21 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
   }
   cta.sync();
 
-  // Exact lane sizes. Each lane thread reads its symbols starting at a rotated offset: lanes are
-  // often a multiple of 128 bytes apart, and in-order reads would all hit one bank.
+  // Exact lane sizes (HUFF) or exception counts (SPARSE: each lane's run of elements writes its own
+  // exceptions in step 2). Each lane thread reads its symbols starting at a rotated offset: lanes
+  // are often a multiple of 128 bytes apart, and in-order reads would all hit one bank.
   const uint32_t per = fmt::lane_elems(m, lanes);
   for (int s = tid; s < np * lanes; s += nt) {
     const int p = s / lanes, k = s % lanes;
-    if (sh.mode[p] != kPlaneCandidate) continue;
+    const bool sparse = sh.mode[p] == fmt::kPlaneSparse;
+    if (sh.mode[p] != kPlaneCandidate && !sparse) continue;
     const uint32_t cnt = lane_count(m, per, k);
     const uint8_t* lp = planes + size_t(p) * stride + size_t(k) * per;
     uint32_t bits = 0;
     const uint32_t rot = cnt ? (4u * uint32_t(k)) % cnt : 0;
     for (uint32_t j = 0; j < cnt; ++j) {
       const uint32_t i = j + rot < cnt ? j + rot : j + rot - cnt;
-      bits += sh.len[p][lp[i]];
+      bits += sparse ? uint32_t(lp[i] != sh.value[p]) : sh.len[p][lp[i]];
     }
     sh.lane_bits[p][k] = bits;
   }
@@ -250,6 +262,10 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
         pos += 2 + (nsym + 1) / 2;
         lanes_at[p] = pos;
         pos += 2 * uint32_t(lanes);
+      } else if (sh.mode[p] == fmt::kPlaneSparse) {
+        staging[pos] = sh.value[p];
+        fmt::store_le16(staging + pos + 1, uint16_t(sh.except[p]));
+        pos += uint32_t(fmt::kSparseDescBytes);
       }
     }
     while (pos & 3) staging[pos++] = 0;
@@ -265,6 +281,14 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
           sh.lane_at[p][k] = pos + bytes;
           bytes += lb;
         }
+        for (uint32_t i = pos + bytes; i < uint32_t(fmt::round_up4(pos + bytes)); ++i) staging[i] = 0;
+      } else if (sh.mode[p] == fmt::kPlaneSparse) {
+        uint32_t first = 0;  // lane k's exceptions are numbers first .. first + count - 1
+        for (int k = 0; k < lanes; ++k) {
+          sh.lane_at[p][k] = first;
+          first += sh.lane_bits[p][k];
+        }
+        bytes = uint32_t(fmt::sparse_data_bytes(sh.except[p]));
         for (uint32_t i = pos + bytes; i < uint32_t(fmt::round_up4(pos + bytes)); ++i) staging[i] = 0;
       }
       pos = uint32_t(fmt::round_up4(pos + bytes));
@@ -305,6 +329,20 @@ ZIPCCL_HD void encode_block_streams(const Cta& cta, uint32_t m, uint8_t type, in
     if (sh.mode[p] != fmt::kPlaneHuff) continue;
     write_lane(planes + size_t(p) * lay.plane_stride + size_t(k) * per, lane_count(m, per, k), sh.len[p], sh.code[p],
                staging + sh.lane_at[p][k]);
+  }
+  for (int s = tid; s < np * lanes; s += nt) {
+    const int p = s / lanes, k = s % lanes;
+    if (sh.mode[p] != fmt::kPlaneSparse) continue;
+    const uint8_t* lp = planes + size_t(p) * lay.plane_stride;
+    uint8_t* pos = staging + sh.data_at[p] + 2 * size_t(sh.lane_at[p][k]);
+    uint8_t* val = staging + sh.data_at[p] + 2 * size_t(sh.except[p]) + sh.lane_at[p][k];
+    const uint32_t first = uint32_t(k) * per, end = first + lane_count(m, per, k);
+    for (uint32_t i = first; i < end; ++i) {
+      if (lp[i] == sh.value[p]) continue;
+      fmt::store_le16(pos, uint16_t(i));
+      pos += 2;
+      *val++ = lp[i];
+    }
   }
   const uint32_t words = (m + 3) / 4;
   for (int p = 0; p < np; ++p) {

@@ -7,12 +7,32 @@ namespace codec {
 
 using namespace fmt;
 
+namespace {
+
+// Expands a SPARSE plane into out (m bytes): the base everywhere, then the exceptions. Positions
+// must ascend strictly and stay below m; an exception equal to the base is invalid.
+bool read_sparse(const uint8_t* data, uint32_t k, uint8_t base, uint32_t m, uint8_t* out) {
+  std::memset(out, base, m);
+  const uint8_t* val = data + 2 * size_t(k);
+  uint32_t next = 0;  // smallest position the next exception may have
+  for (uint32_t j = 0; j < k; ++j) {
+    const uint32_t i = load_le16(data + 2 * size_t(j));
+    if (i < next || i >= m || val[j] == base) return false;
+    out[i] = val[j];
+    next = i + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m, uint8_t type, int lanes,
                   const uint8_t* readable_end, uint8_t* dst) {
   alignas(64) uint8_t scratch[4][kMaxBlockElems];
   DecodeTable table[4];
   const uint8_t* plane[4];
   uint8_t mode[4], value[4] = {0};
+  uint32_t except[4] = {0};
   uint16_t lane_bytes[4][kMaxLanes];
   size_t stream[4] = {0};
   const int np = type_planes(type);
@@ -35,8 +55,12 @@ bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m,
         lane_bytes[p][l] = load_le16(blk + pos);
         stream[p] += lane_bytes[p][l];
       }
-    } else if (mode[p] != kPlaneRaw) {
-      return false;
+    } else if (mode[p] == kPlaneSparse) {
+      if (pos + kSparseDescBytes > size) return false;
+      value[p] = blk[pos];
+      except[p] = load_le16(blk + pos + 1);
+      if (except[p] == 0) return false;
+      pos += kSparseDescBytes;
     }
   }
   for (; pos & 3; ++pos) {
@@ -50,6 +74,10 @@ bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m,
       plane[p] = blk + pos;
     } else if (mode[p] == kPlaneConst) {
       std::memset(scratch[p], value[p], m);
+      plane[p] = scratch[p];
+    } else if (mode[p] == kPlaneSparse) {
+      bytes = sparse_data_bytes(except[p]);
+      if (pos + bytes > size || !read_sparse(blk + pos, except[p], value[p], m, scratch[p])) return false;
       plane[p] = scratch[p];
     } else {
       bytes = stream[p];

@@ -23,9 +23,22 @@ bool worth_coding(const uint8_t* p, uint32_t m) {
 
 struct PlanePlan {
   uint8_t mode;
-  uint8_t value;  // kPlaneConst
-  HuffCode* code;  // kPlaneHuff
+  uint8_t value;     // kPlaneConst; kPlaneSparse: the base byte
+  HuffCode* code;    // kPlaneHuff
+  uint32_t except;   // kPlaneSparse: bytes other than the base
 };
+
+// SPARSE data: the positions of the bytes other than `base` (u16 each, ascending), then those bytes.
+void write_sparse(const uint8_t* p, uint32_t m, uint8_t base, uint32_t except, uint8_t* dst) {
+  uint8_t* pos = dst;
+  uint8_t* val = dst + 2 * size_t(except);
+  for (uint32_t i = 0; i < m; ++i) {
+    if (p[i] == base) continue;
+    store_le16(pos, uint16_t(i));
+    pos += 2;
+    *val++ = p[i];
+  }
+}
 
 }  // namespace
 
@@ -44,16 +57,23 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
   PlanePlan plan[4];
   const size_t raw_plane = round_up4(m);
   for (int p = 0; p < np; ++p) {
-    plan[p] = {kPlaneRaw, 0, nullptr};
+    plan[p] = {kPlaneRaw, 0, nullptr, 0};
     if (all_equal(planes[p], m)) {
-      plan[p] = {kPlaneConst, planes[p][0], nullptr};
+      plan[p] = {kPlaneConst, planes[p][0], nullptr, 0};
       continue;
     }
     if (p != 0 && !worth_coding(planes[p], m)) continue;
     uint32_t freq[256];
     k.histogram(planes[p], m, freq);
     const uint64_t bits = build_huffman(freq, &codes[p]);
-    if (policy::huff_estimate_pays(codes[p].nsym, bits, lanes, m)) plan[p] = {kPlaneHuff, 0, &codes[p]};
+    const bool huff = policy::huff_estimate_pays(codes[p].nsym, bits, lanes, m);
+    uint32_t except = 0;
+    const uint32_t base = policy::sparse_base(freq, m, &except);
+    if (policy::sparse_pays(except, m, huff, codes[p].nsym, bits, lanes)) {
+      plan[p] = {kPlaneSparse, uint8_t(base), nullptr, except};
+    } else if (huff) {
+      plan[p] = {kPlaneHuff, 0, &codes[p], 0};
+    }
   }
 
   for (;;) {
@@ -73,6 +93,11 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
         pos += write_huff_desc(*plan[p].code, dst + pos);
         lanes_at[p] = pos;
         pos += 2 * size_t(lanes);
+      } else if (plan[p].mode == kPlaneSparse) {
+        if (pos + kSparseDescBytes > cap) return 0;
+        dst[pos] = plan[p].value;
+        store_le16(dst + pos + 1, uint16_t(plan[p].except));
+        pos += kSparseDescBytes;
       }
     }
     while (pos & 3) {
@@ -103,6 +128,10 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
         }
         for (int l = 0; l < lanes; ++l) store_le16(dst + lanes_at[p] + 2 * l, lane_bytes[l]);
         bytes = stream;
+      } else if (plan[p].mode == kPlaneSparse) {
+        bytes = sparse_data_bytes(plan[p].except);
+        if (pos + bytes > cap) return 0;
+        write_sparse(planes[p], m, plan[p].value, plan[p].except, dst + pos);
       }
       const size_t end = pos + round_up4(bytes);
       if (end > cap) return 0;

@@ -31,10 +31,29 @@ ZIPCCL_HD bool screen_says_code(const uint32_t* sample_freq, uint32_t samples) {
 
 // The 97% rule: HUFF when the estimated plane (descriptor + coded bits + ~4 bits per lane for each
 // lane's last byte) is at most 97% of the raw plane.
+ZIPCCL_HD size_t huff_estimate_bytes(uint32_t nsym, uint64_t bits, int lanes) {
+  return fmt::huff_desc_bytes(nsym, lanes) + fmt::round_up4((bits + uint64_t(lanes) * 4 + 7) / 8);
+}
 ZIPCCL_HD bool huff_estimate_pays(uint32_t nsym, uint64_t bits, int lanes, uint32_t m) {
+  return huff_estimate_bytes(nsym, bits, lanes) * 100 <= fmt::round_up4(m) * 97;
+}
+
+// SPARSE (FORMAT.md section 4): the base is the most frequent byte (the smallest on ties), the
+// exceptions are the other bytes. Returns the base; *exceptions = m - its count.
+ZIPCCL_HD uint32_t sparse_base(const uint32_t* freq, uint32_t m, uint32_t* exceptions) {
+  uint32_t base = 0;
+  for (uint32_t s = 1; s < 256; ++s) base = freq[s] > freq[base] ? s : base;
+  *exceptions = m - freq[base];
+  return base;
+}
+
+// SPARSE when its descriptor plus padded data are at most 97% of the raw plane and no larger than
+// the HUFF estimate (when HUFF pays at all). This keeps every block within fmt::block_bound.
+ZIPCCL_HD bool sparse_pays(uint32_t exceptions, uint32_t m, bool huff_pays, uint32_t nsym, uint64_t bits, int lanes) {
   const size_t raw_plane = fmt::round_up4(m);
-  const size_t est = fmt::huff_desc_bytes(nsym, lanes) + fmt::round_up4((bits + uint64_t(lanes) * 4 + 7) / 8);
-  return est * 100 <= raw_plane * 97;
+  const size_t sparse = fmt::kSparseDescBytes + fmt::round_up4(fmt::sparse_data_bytes(exceptions));
+  if (exceptions == 0 || exceptions > 0xFFFFu || sparse * 100 > raw_plane * 97) return false;
+  return !huff_pays || sparse <= huff_estimate_bytes(nsym, bits, lanes);
 }
 
 // Largest lane-stream total a HUFF plane may have: descriptor + padded stream <= raw plane, which

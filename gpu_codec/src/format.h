@@ -36,6 +36,7 @@ constexpr uint32_t kMaxBlockElems = 1u << kMaxBlockLog2;
 constexpr uint8_t kPlaneRaw = 0;
 constexpr uint8_t kPlaneConst = 1;
 constexpr uint8_t kPlaneHuff = 2;
+constexpr uint8_t kPlaneSparse = 3;
 
 // Huffman planes: codes of at most 11 bits, split into up to 64 independent lanes (bit streams),
 // each a contiguous run of the block's elements.
@@ -57,6 +58,11 @@ ZIPCCL_HD size_t round_up4(size_t x) { return (x + 3) & ~size_t(3); }
 // Bytes of a Huffman plane descriptor for an alphabet [lo, lo + nsym): lo, nsym-1, the length
 // nibbles, and a 16-bit byte length per lane.
 ZIPCCL_HD size_t huff_desc_bytes(uint32_t nsym, int lanes) { return 2 + (nsym + 1) / 2 + 2 * size_t(lanes); }
+
+// SPARSE planes: a 3-byte descriptor (base byte, u16 exception count k) and 3k data bytes (k u16
+// positions, then k values).
+constexpr size_t kSparseDescBytes = 3;
+ZIPCCL_HD size_t sparse_data_bytes(uint32_t k) { return 3 * size_t(k); }
 
 // Largest encoded size of one block of m elements with `planes` planes (FORMAT.md "Blocks"): every
 // plane costs at most its raw size rounded to 4, plus the 4-byte-aligned modes byte.

@@ -37,8 +37,11 @@ bool huff_decode_lanes(const uint8_t* in, const uint16_t* lane_bytes, int lanes,
                        uint32_t m, uint8_t* out, const uint8_t* readable_end);
 
 const Kernels& scalar_kernels();
-// nullptr when this build or CPU has no AVX2.
+// nullptr when this build or CPU has no AVX2 (x86-64) / no NEON (AArch64).
 const Kernels* avx2_kernels();
+const Kernels* neon_kernels();
+// This platform's SIMD set (AVX2 or NEON), or nullptr.
+const Kernels* simd_kernels();
 // The fastest variant this CPU runs, or the scalar one when force_scalar.
 const Kernels& select_kernels(bool force_scalar);
 

@@ -74,9 +74,14 @@ bool huff_decode_lanes(const uint8_t* in, const uint16_t* lane_bytes, int lanes,
 
 const Kernels& scalar_kernels() { return kScalar; }
 
+const Kernels* simd_kernels() {
+  const Kernels* k = avx2_kernels();
+  return k ? k : neon_kernels();
+}
+
 const Kernels& select_kernels(bool force_scalar) {
   static const Kernels* best = [] {
-    const Kernels* k = avx2_kernels();
+    const Kernels* k = simd_kernels();
     return k ? k : &kScalar;
   }();
   return force_scalar ? kScalar : *best;

@@ -63,6 +63,21 @@ inline std::vector<uint8_t> gaussian_fp16(size_t count, double sigma, uint32_t s
   return bytes_of(v.data(), 2 * count);
 }
 
+// Gaussian fp32 whose low 16 bits are zero except in about `per_mille` of 1000 elements, where
+// they are random and non-zero (fp32 gradients of bf16-autocast matmuls): SPARSE planes 2 and 3.
+inline std::vector<uint8_t> sparse_low16_fp32(size_t count, double sigma, uint32_t seed, double per_mille) {
+  auto v = gaussian_fp32(count, sigma, seed, true);
+  std::mt19937_64 rng(seed ^ 0x5A5Au);
+  std::uniform_real_distribution<double> u(0.0, 1000.0);
+  for (size_t i = 0; i < count; ++i) {
+    if (u(rng) >= per_mille) continue;
+    const uint64_t r = rng();
+    v[4 * i] = uint8_t(1 + r % 255);
+    v[4 * i + 1] = uint8_t(1 + (r >> 8) % 255);
+  }
+  return v;
+}
+
 inline std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> v(n);

@@ -4,13 +4,23 @@
 #include <random>
 
 #include "kernels.h"
+#include "zipccl/codec.h"
 #include "test_data.h"
 
 namespace zipccl {
 namespace codec {
 namespace {
 
-const Kernels* simd_or_skip() { return avx2_kernels(); }
+const Kernels* simd_or_skip() { return simd_kernels(); }
+
+TEST(Kernels, SimdPathMatchesThePlatform) {
+#if defined(__aarch64__)
+  EXPECT_STREQ(simd_path(), "neon");
+#elif defined(__x86_64__)
+  EXPECT_STREQ(simd_path(), __builtin_cpu_supports("avx2") ? "avx2" : "scalar");
+#endif
+  EXPECT_STREQ(select_kernels(true).name, "scalar");
+}
 
 TEST(Kernels, SplitMergeMatchScalar) {
   const Kernels* v = simd_or_skip();

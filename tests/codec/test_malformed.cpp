@@ -2,6 +2,7 @@
 // frame of the stated size; never a crash, never a write past the output.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "format.h"
@@ -112,6 +113,39 @@ TEST(Malformed, GarbageNeverDecodes) {
       EXPECT_LE(got, out.size());
     }
   }
+}
+
+// A SPARSE plane's exceptions must be strictly ascending positions below m with values other than
+// the base. 1024 fp32 ones (planes 0 and 1 CONST) whose low halves are zero except at three
+// places: planes 2 and 3 are SPARSE, and the block layout is known byte by byte.
+TEST(Malformed, SparsePlanesAreChecked) {
+  using fmt::load_le16;
+  using fmt::store_le16;
+  using fmt::store_le32;
+  std::vector<uint8_t> in(4 * 1024);
+  for (size_t i = 0; i < 1024; ++i) store_le32(in.data() + 4 * i, 0x3F800000u);
+  for (uint32_t i : {5u, 100u, 999u}) store_le32(in.data() + 4 * i, 0x3F800000u | (0x11u * (i % 7 + 1)) * 0x101u);
+  const auto f = make_frame(in, ElemType::kFp32);
+  const size_t blk = 24 + 4;  // one block: header, block index
+  ASSERT_EQ(f[blk], fmt::kPlaneConst | fmt::kPlaneConst << 2 | fmt::kPlaneSparse << 4 | fmt::kPlaneSparse << 6);
+  // modes, 2 CONST values, 2 x (base, u16 count), padding to 12; plane 2 data: 3 positions, 3 values.
+  ASSERT_EQ(f[blk + 3], 0);
+  ASSERT_EQ(load_le16(f.data() + blk + 4), 3);
+  const size_t pos2 = blk + 12, val2 = pos2 + 6;
+  ASSERT_EQ(load_le16(f.data() + pos2), 5);
+  ASSERT_EQ(try_decode(f, in.size()), Status::kOk);
+  auto corrupt = [&](const char* what, const std::function<void(std::vector<uint8_t>&)>& edit) {
+    auto g = f;
+    edit(g);
+    EXPECT_EQ(try_decode(g, in.size()), Status::kCorrupt) << what;
+  };
+  corrupt("descending", [&](std::vector<uint8_t>& g) { store_le16(g.data() + pos2, 100); store_le16(g.data() + pos2 + 2, 5); });
+  corrupt("repeated", [&](std::vector<uint8_t>& g) { store_le16(g.data() + pos2 + 2, 5); });
+  corrupt("past the block", [&](std::vector<uint8_t>& g) { store_le16(g.data() + pos2 + 4, 1024); });
+  corrupt("equals the base", [&](std::vector<uint8_t>& g) { g[val2 + 1] = 0; });
+  corrupt("no exceptions", [&](std::vector<uint8_t>& g) { store_le16(g.data() + blk + 4, 0); });
+  corrupt("count too large", [&](std::vector<uint8_t>& g) { store_le16(g.data() + blk + 4, 4); });
+  corrupt("padding", [&](std::vector<uint8_t>& g) { g[val2 + 3] = 1; });
 }
 
 TEST(Malformed, NullAndBadArguments) {

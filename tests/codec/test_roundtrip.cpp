@@ -83,6 +83,8 @@ TEST(RoundTrip, Distributions) {
   expect_round_trip(testing::random_bytes(2 * n + 1, 7), ElemType::kAuto, "random");
   expect_round_trip(std::vector<uint8_t>(2 * n, 0), ElemType::kAuto, "zeros");
   expect_round_trip(std::vector<uint8_t>(2 * n + 1, 0x3F), ElemType::kBf16, "repeated odd");
+  for (double per_mille : {0.01, 1.0, 5.0, 30.0, 120.0, 400.0})  // SPARSE planes, then too dense for it
+    expect_round_trip(testing::sparse_low16_fp32(n, 1e-3, 10, per_mille), ElemType::kFp32, "fp32 sparse low");
   // Interpreting data as the wrong type must still be lossless.
   expect_round_trip(testing::gaussian_fp32(n, 1.0, 8, false), ElemType::kBf16, "fp32 as bf16");
   expect_round_trip(gaussian_bf16(n, 1.0, 9), ElemType::kFp32, "bf16 as fp32");
@@ -186,6 +188,16 @@ TEST(Frame, RatioOnGaussianIsNearTheBound) {
   EXPECT_EQ(info.kind, FrameKind::kCoded);
   EXPECT_EQ(info.type, ElemType::kBf16);
   EXPECT_EQ(info.frame_size, fsize);
+}
+
+TEST(Frame, SparseLowHalvesCostFarLessThanABitPerByte) {
+  // 0.5% of fp32 gradients with non-zero low halves: a Huffman code pays at least 1 bit per byte of
+  // planes 2 and 3 (ratio <= 32/(2.6+8+2) = 2.54x); SPARSE planes cost ~0.12 bits each (~2.95x).
+  auto in = testing::sparse_low16_fp32(1 << 18, 1e-3, 21, 5.0);
+  std::vector<uint8_t> frame(max_encoded_size(in.size()));
+  size_t fsize = 0;
+  ASSERT_EQ(encode(in.data(), in.size(), frame.data(), frame.size(), &fsize), Status::kOk);
+  EXPECT_GT(double(in.size()) / fsize, 2.85);
 }
 
 TEST(Frame, ZerosAreOneConstFrameAndRandomIsRaw) {

@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
   const std::vector<uint8_t> inputs[] = {
       testing::gaussian_bf16(3000, 1.0, 1), testing::special_bf16(1500, 2), testing::gaussian_fp16(2049, 1.0, 3),
       testing::gaussian_fp32(1100, 1.0, 4, true), testing::gaussian_fp32(900, 1.0, 5, false),
-      testing::random_bytes(777, 6), std::vector<uint8_t>(256, 0), testing::gaussian_bf16(20000, 1e-3, 7)};
+      testing::random_bytes(777, 6), std::vector<uint8_t>(256, 0), testing::gaussian_bf16(20000, 1e-3, 7),
+      testing::sparse_low16_fp32(1500, 1.0, 8, 10.0)};
   const codec::ElemType types[] = {codec::ElemType::kAuto, codec::ElemType::kBf16, codec::ElemType::kFp32};
   int n = 0;
   for (const auto& in : inputs) {

@@ -43,6 +43,8 @@ TEST(Emulated, FramesMatchCpuPerType) {
         {gaussian_fp32(n, 0.1, 3, false), ElemType::kFp32},
         {gaussian_fp32(n, 0.1, 4, true), ElemType::kFp32},
         {special_bf16(n, 5), ElemType::kBf16},
+        {sparse_low16_fp32(n, 0.1, 6, 5.0), ElemType::kFp32},
+        {sparse_low16_fp32(n, 0.1, 7, 60.0), ElemType::kFp32},
     };
     expect_same_frames(in, 13);
   }
@@ -116,6 +118,7 @@ TEST(Emulated, DecodesCpuFramesAndOwnFrames) {
       {std::vector<uint8_t>(777, 3), ElemType::kNone},
       {std::vector<uint8_t>(), ElemType::kBf16},
       {with_const_blocks(12001, 76), ElemType::kBf16},
+      {sparse_low16_fp32(9000, 0.1, 77, 8.0), ElemType::kFp32},
   };
   in[1].bytes.push_back(0xAB);  // a tail byte
   for (int bl : {10, 13}) {
@@ -146,6 +149,8 @@ TEST(Emulated, MalformedFramesGetCpuStatus) {
   const auto fp = gaussian_fp32(3000, 1.0, 82, true);
   const auto good = cpu_encode(in, ElemType::kBf16, 10);
   const auto good32 = cpu_encode(fp, ElemType::kFp32, 10);
+  const auto sp = sparse_low16_fp32(3000, 1.0, 83, 10.0);
+  const auto good_sparse = cpu_encode(sp, ElemType::kFp32, 10);
   std::vector<std::vector<uint8_t>> frames;
   std::vector<size_t> cap;
   for (size_t len : {size_t(0), size_t(3), size_t(23), size_t(24), size_t(40), good.size() / 2, good.size() - 1})
@@ -155,11 +160,11 @@ TEST(Emulated, MalformedFramesGetCpuStatus) {
   frames.push_back(longer), cap.push_back(in.size());
   frames.push_back(good), cap.push_back(in.size() - 1);  // destination too small
   for (int t = 0; t < 150; ++t) {
-    const auto& base = t % 3 ? good : good32;
+    const auto& base = t % 3 == 1 ? good : t % 3 == 2 ? good32 : good_sparse;
     auto f = base;
     const int flips = 1 + int(rng() % 3);
     for (int j = 0; j < flips; ++j) f[rng() % f.size()] ^= uint8_t(1u << (rng() % 8));
-    frames.push_back(f), cap.push_back(t % 3 ? in.size() : fp.size());
+    frames.push_back(f), cap.push_back(t % 3 == 1 ? in.size() : t % 3 == 2 ? fp.size() : sp.size());
   }
   const auto out = emu_decode(frames, cap);
   for (size_t i = 0; i < frames.size(); ++i) {
