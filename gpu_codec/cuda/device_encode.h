@@ -31,6 +31,8 @@ struct EncodeShared {
   uint64_t bits[4];
   uint32_t lo[4], nsym[4], data_at[4];
   uint32_t except[4];            // SPARSE: bytes other than the base (sh.value)
+  uint32_t bmin[4], bmax[4];     // smallest and largest byte of each plane
+  uint8_t sampled[4];            // the plane's code comes from the sampled histogram
   uint8_t mode[4], value[4];
   uint32_t flags;        // bit p: plane p not all equal; bit 4: an element differs from `first`
   uint32_t block_bytes;
@@ -79,14 +81,42 @@ ZIPCCL_HD uint8_t plane_byte(uint32_t v, int np, int p) {
   return p == 0 ? fmt::split32_p0(v) : p == 1 ? fmt::split32_p1(v) : uint8_t(v >> (p == 2 ? 8 : 0));
 }
 
-// Splits elements and accumulates, per thread, the CONST/repeat flags and the sampled histogram.
+// *p = min(*p, v) (or max) with the Cta's compare-and-swap; reads go through add(p, 0) so that they
+// are atomic on every Cta.
+template <class Cta>
+ZIPCCL_HD void cta_min(const Cta& cta, uint32_t* p, uint32_t v) {
+  for (uint32_t old = cta.add(p, 0); v < old;) {
+    const uint32_t seen = cta.cas(p, old, v);
+    if (seen == old) break;
+    old = seen;
+  }
+}
+template <class Cta>
+ZIPCCL_HD void cta_max(const Cta& cta, uint32_t* p, uint32_t v) {
+  for (uint32_t old = cta.add(p, 0); v > old;) {
+    const uint32_t seen = cta.cas(p, old, v);
+    if (seen == old) break;
+    old = seen;
+  }
+}
+
+// Per-thread accumulators of the split: the CONST/repeat flags and each plane's byte range.
+struct SplitAcc {
+  uint32_t flags = 0;
+  uint32_t lo[4] = {255, 255, 255, 255}, hi[4] = {0, 0, 0, 0};
+};
+
+// Splits one element into the planes and accumulates it into acc.
 template <class Cta>
 ZIPCCL_HD void split_element(const Cta& cta, EncodeShared& sh, uint8_t* planes, uint32_t stride, int np, uint32_t i,
-                             uint32_t v, uint32_t e0, uint32_t first, uint32_t* flags) {
+                             uint32_t v, uint32_t e0, uint32_t first, SplitAcc* acc) {
+  uint32_t* flags = &acc->flags;
   for (int p = 0; p < np; ++p) {
     const uint8_t b = plane_byte(v, np, p);
     planes[size_t(p) * stride + i] = b;
     if (b != plane_byte(e0, np, p)) *flags |= 1u << p;
+    acc->lo[p] = b < acc->lo[p] ? b : acc->lo[p];
+    acc->hi[p] = b > acc->hi[p] ? b : acc->hi[p];
   }
   if (v != first) *flags |= kFlagNotRepeated;
   (void)cta;
@@ -106,12 +136,15 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
   const int tid = cta.tid(), nt = cta.size();
 
   for (int i = tid; i < 4 * 256; i += nt) (&sh.hist[0][0])[i] = 0;
-  if (tid == 0) sh.flags = 0;
+  if (tid == 0) {
+    sh.flags = 0;
+    for (int p = 0; p < 4; ++p) sh.bmin[p] = 255, sh.bmax[p] = 0, sh.sampled[p] = 0;
+  }
   cta.sync();
 
   // Load and split: 16-byte loads when the block is 16-aligned; one element per step otherwise.
   const uint32_t e0 = load_elem(src, es);
-  uint32_t flags = 0;
+  SplitAcc acc;
   uint32_t done = 0;
   if ((uintptr_t(src) & 15) == 0) {
     const uint32_t per = 16 / es, chunks = m / per;
@@ -120,15 +153,18 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
       for (uint32_t j = 0; j < per; ++j) {
         const uint32_t e = es == 2 ? (v.w[j / 2] >> (16 * (j & 1))) & 0xFFFFu : v.w[j];
         const uint32_t i = c * per + j;
-        split_element(cta, sh, planes, stride, np, i, e, e0, first, &flags);
+        split_element(cta, sh, planes, stride, np, i, e, e0, first, &acc);
       }
     }
     done = chunks * per;
   }
   for (uint32_t i = done + uint32_t(tid); i < m; i += uint32_t(nt)) {
-    split_element(cta, sh, planes, stride, np, i, load_elem(src + size_t(i) * es, es), e0, first, &flags);
+    split_element(cta, sh, planes, stride, np, i, load_elem(src + size_t(i) * es, es), e0, first, &acc);
   }
-  if (flags) cta.or_bits(&sh.flags, flags);
+  if (acc.flags) cta.or_bits(&sh.flags, acc.flags);
+  for (int p = 0; p < np; ++p) {
+    if (acc.lo[p] <= acc.hi[p]) cta_min(cta, &sh.bmin[p], acc.lo[p]), cta_max(cta, &sh.bmax[p], acc.hi[p]);
+  }
   cta.sync();
   // Sampled histogram (every kScreenStride-th element) of every plane: the screen for planes > 0,
   // and the first part of each full histogram.
@@ -148,6 +184,10 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
       sh.value[p] = planes[size_t(p) * stride];
     } else if (p == 0 || policy::screen_says_code(sh.hist[p], samples)) {
       mode = kPlaneCandidate;
+      if (policy::sample_suffices(sh.hist[p], samples, sh.bmin[p], sh.bmax[p])) {
+        policy::sampled_counts(sh.hist[p], sh.bmin[p], sh.bmax[p]);
+        sh.sampled[p] = 1;
+      }
     }
     sh.mode[p] = mode;
   }
@@ -156,7 +196,7 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
   // Complete the histograms of candidate planes with the unsampled elements (4 bytes per step).
   const uint32_t words = (m + 3) / 4;
   for (int p = 0; p < np; ++p) {
-    if (sh.mode[p] != kPlaneCandidate) continue;
+    if (sh.mode[p] != kPlaneCandidate || sh.sampled[p]) continue;
     const uint8_t* pl = planes + size_t(p) * stride;
     for (uint32_t w = uint32_t(tid); w < words; w += uint32_t(nt)) {
       for (uint32_t j = 0; j < 4; ++j) {

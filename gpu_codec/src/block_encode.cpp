@@ -13,12 +13,11 @@ using namespace fmt;
 // difference, which in a non-constant plane comes within a few bytes.
 bool all_equal(const uint8_t* p, uint32_t m) { return m < 2 || std::memcmp(p, p + 1, m - 1) == 0; }
 
-// A plane other than the exponent is usually near-random mantissa bits; a histogram of every 8th
-// byte tells cheaply whether a full Huffman pass could pay.
-bool worth_coding(const uint8_t* p, uint32_t m) {
-  uint32_t freq[256] = {0};
+// Counts every kScreenStride-th byte: the screen of planes other than the exponent (usually
+// near-random mantissa bits), and the sample that may stand in for the full histogram.
+void sample_histogram(const uint8_t* p, uint32_t m, uint32_t* freq) {
+  for (int s = 0; s < 256; ++s) freq[s] = 0;
   for (uint32_t i = 0; i < m; i += policy::kScreenStride) freq[p[i]]++;
-  return policy::screen_says_code(freq, policy::screen_samples(m));
 }
 
 struct PlanePlan {
@@ -62,9 +61,17 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
       plan[p] = {kPlaneConst, planes[p][0], nullptr, 0};
       continue;
     }
-    if (p != 0 && !worth_coding(planes[p], m)) continue;
     uint32_t freq[256];
-    k.histogram(planes[p], m, freq);
+    sample_histogram(planes[p], m, freq);
+    const uint32_t samples = policy::screen_samples(m);
+    if (p != 0 && !policy::screen_says_code(freq, samples)) continue;
+    uint32_t lo, hi;
+    k.minmax(planes[p], m, &lo, &hi);
+    if (policy::sample_suffices(freq, samples, lo, hi)) {
+      policy::sampled_counts(freq, lo, hi);
+    } else {
+      k.histogram(planes[p], m, freq);
+    }
     const uint64_t bits = build_huffman(freq, &codes[p]);
     const bool huff = policy::huff_estimate_pays(codes[p].nsym, bits, lanes, m);
     uint32_t except = 0;

@@ -19,6 +19,8 @@ struct Kernels {
   void (*merge32)(const uint8_t* const* planes, uint32_t m, uint8_t* dst);
   // freq[256] = counts of the m bytes.
   void (*histogram)(const uint8_t* p, uint32_t m, uint32_t* freq);
+  // Smallest and largest of the m >= 1 bytes.
+  void (*minmax)(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi);
   // Codes m symbols as `lanes` lane streams (FORMAT.md "Huffman plane") written back to back at
   // out; lane_bytes[k] receives lane k's length. Returns the total, or SIZE_MAX if it would exceed
   // cap (nothing is written past out + cap).
@@ -30,6 +32,8 @@ struct Kernels {
                       uint32_t m, uint8_t* out, const uint8_t* readable_end);
 };
 
+// The scalar kernel set's minmax, for the SIMD sets' tails.
+void minmax_scalar(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi);
 // The scalar kernel set's lane coder (huff_lanes.h), exported for tests.
 size_t huff_encode_lanes(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out,
                          size_t cap, uint16_t* lane_bytes);

@@ -58,7 +58,21 @@ void histogram(const uint8_t* p, uint32_t m, uint32_t* freq) {
   for (int s = 0; s < 256; ++s) freq[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
 }
 
-const Kernels kScalar = {"scalar", split16, merge16, split32, merge32, histogram, huff_encode_lanes, huff_decode_lanes};
+}  // namespace
+
+void minmax_scalar(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
+  uint8_t a = 255, b = 0;
+  for (uint32_t i = 0; i < m; ++i) {
+    a = p[i] < a ? p[i] : a;
+    b = p[i] > b ? p[i] : b;
+  }
+  *lo = a, *hi = b;
+}
+
+namespace {
+
+const Kernels kScalar = {"scalar",     split16,          merge16,          split32, merge32, histogram, minmax_scalar,
+                         huff_encode_lanes, huff_decode_lanes};
 
 }  // namespace
 

@@ -84,7 +84,24 @@ void merge32(const uint8_t* const* p, uint32_t m, uint8_t* dst) {
 
 void histogram(const uint8_t* p, uint32_t m, uint32_t* freq) { scalar_kernels().histogram(p, m, freq); }
 
-const Kernels kAvx2 = {"avx2", split16, merge16, split32, merge32, histogram, lanes_encode, lanes_decode};
+void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
+  __m256i a = _mm256_set1_epi8(char(0xFF)), b = _mm256_setzero_si256();
+  uint32_t i = 0;
+  for (; i + 32 <= m; i += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
+    a = _mm256_min_epu8(a, v);
+    b = _mm256_max_epu8(b, v);
+  }
+  alignas(32) uint8_t la[32], lb[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(la), a);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lb), b);
+  uint32_t x = 255, y = 0;
+  if (i < m) minmax_scalar(p + i, m - i, &x, &y);
+  for (int k = 0; k < 32 && i; ++k) x = la[k] < x ? la[k] : x, y = lb[k] > y ? lb[k] : y;
+  *lo = x, *hi = y;
+}
+
+const Kernels kAvx2 = {"avx2", split16, merge16, split32, merge32, histogram, minmax, lanes_encode, lanes_decode};
 
 }  // namespace
 

@@ -19,11 +19,19 @@ using namespace fmt;
 
 // (hi, lo) element bytes -> plane 0 = (hi << 1) | (lo >> 7), plane 1 = (hi & 0x80) | (lo & 0x7F);
 // the same for fp32's upper two bytes.
-inline uint8x16_t exp_plane(uint8x16_t hi, uint8x16_t lo) { return vsliq_n_u8(vshrq_n_u8(lo, 7), hi, 1); }
-inline uint8x16_t sign_plane(uint8x16_t hi, uint8x16_t lo) { return vbslq_u8(vdupq_n_u8(0x80), hi, lo); }
+inline uint8x16_t exp_plane(uint8x16_t hi, uint8x16_t lo) {
+  return vsliq_n_u8(vshrq_n_u8(lo, 7), hi, 1);
+}
+inline uint8x16_t sign_plane(uint8x16_t hi, uint8x16_t lo) {
+  return vbslq_u8(vdupq_n_u8(0x80), hi, lo);
+}
 // And back: lo = (p1 & 0x7F) | (p0 << 7), hi = (p1 & 0x80) | (p0 >> 1).
-inline uint8x16_t low_byte(uint8x16_t p0, uint8x16_t p1) { return vsliq_n_u8(p1, p0, 7); }
-inline uint8x16_t high_byte(uint8x16_t p0, uint8x16_t p1) { return vbslq_u8(vdupq_n_u8(0x80), p1, vshrq_n_u8(p0, 1)); }
+inline uint8x16_t low_byte(uint8x16_t p0, uint8x16_t p1) {
+  return vsliq_n_u8(p1, p0, 7);
+}
+inline uint8x16_t high_byte(uint8x16_t p0, uint8x16_t p1) {
+  return vbslq_u8(vdupq_n_u8(0x80), p1, vshrq_n_u8(p0, 1));
+}
 
 void split16(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1) {
   uint32_t i = 0;
@@ -75,9 +83,28 @@ void merge32(const uint8_t* const* p, uint32_t m, uint8_t* dst) {
   scalar_kernels().merge32(rest, m - i, dst + 4 * i);
 }
 
-void histogram(const uint8_t* p, uint32_t m, uint32_t* freq) { scalar_kernels().histogram(p, m, freq); }
+void histogram(const uint8_t* p, uint32_t m, uint32_t* freq) {
+  scalar_kernels().histogram(p, m, freq);
+}
 
-const Kernels kNeon = {"neon", split16, merge16, split32, merge32, histogram, lanes_encode, lanes_decode};
+void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
+  uint8x16_t a = vdupq_n_u8(0xFF), b = vdupq_n_u8(0);
+  uint32_t i = 0;
+  for (; i + 16 <= m; i += 16) {
+    const uint8x16_t v = vld1q_u8(p + i);
+    a = vminq_u8(a, v);
+    b = vmaxq_u8(b, v);
+  }
+  uint32_t x = 255, y = 0;
+  if (i < m) minmax_scalar(p + i, m - i, &x, &y);
+  if (i) {
+    x = vminvq_u8(a) < x ? vminvq_u8(a) : x;
+    y = vmaxvq_u8(b) > y ? vmaxvq_u8(b) : y;
+  }
+  *lo = x, *hi = y;
+}
+
+const Kernels kNeon = {"neon", split16, merge16, split32, merge32, histogram, minmax, lanes_encode, lanes_decode};
 
 }  // namespace
 
@@ -93,7 +120,9 @@ const Kernels* neon_kernels() {
 
 namespace zipccl {
 namespace codec {
-const Kernels* neon_kernels() { return nullptr; }
+const Kernels* neon_kernels() {
+  return nullptr;
+}
 }  // namespace codec
 }  // namespace zipccl
 

@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <vector>
 
+#include "encoder_policy.h"
 #include "huffman.h"
 
 namespace zipccl {
@@ -107,6 +110,48 @@ TEST(Huffman, RejectsInvalidDescriptors) {
   const uint8_t ok[] = {5, 1, 0x11};
   EXPECT_EQ(read_huff_desc(ok, sizeof(ok), &lo, &nsym, &table), 3u);
   EXPECT_EQ(read_huff_desc(ok, 2, &lo, &nsym, &table), 0u);  // truncated
+}
+
+}  // namespace
+}  // namespace codec
+}  // namespace zipccl
+
+namespace zipccl {
+namespace codec {
+namespace {
+
+// A plane coded from its sample (encoder_policy.h) must still give every byte that occurs a code,
+// and cost almost nothing against the exact histogram on exponent-like planes.
+TEST(Huffman, SampledCountsCodeEveryByteThatOccurs) {
+  std::mt19937 rng(3);
+  int sampled = 0;
+  for (int trial = 0; trial < 500; ++trial) {
+    const uint32_t m = 64 + rng() % 16321;
+    const double sigma = 0.5 + (rng() % 100) / 10.0;
+    const int center = 40 + int(rng() % 170);
+    std::normal_distribution<double> d(center, sigma);
+    std::vector<uint8_t> plane(m);
+    for (auto& b : plane) b = uint8_t(std::min(255.0, std::max(0.0, std::round(d(rng)))));
+    uint32_t sample[256] = {0}, exact[256] = {0}, lo = 255, hi = 0;
+    for (uint32_t i = 0; i < m; i += policy::kScreenStride) sample[plane[i]]++;
+    for (uint8_t b : plane) exact[b]++, lo = std::min<uint32_t>(lo, b), hi = std::max<uint32_t>(hi, b);
+    if (!policy::sample_suffices(sample, policy::screen_samples(m), lo, hi)) continue;
+    ++sampled;
+    policy::sampled_counts(sample, lo, hi);
+    HuffCode approx, best;
+    build_huffman(sample, &approx);
+    const uint64_t opt = build_huffman(exact, &best);
+    uint64_t cost = 0;
+    for (int s = 0; s < 256; ++s) {
+      if (!exact[s]) continue;
+      ASSERT_GE(approx.len_of[s], 1) << "byte " << s << " occurs but has no code (trial " << trial << ")";
+      cost += uint64_t(exact[s]) * approx.len_of[s];
+    }
+    if (m >= 8192) {
+      EXPECT_LE(double(cost), 1.02 * double(opt)) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(sampled, 300);
 }
 
 }  // namespace

@@ -54,6 +54,17 @@ TEST(Kernels, SplitMergeMatchScalar) {
     s.histogram(in.data(), m, h1);
     v->histogram(in.data(), m, h2);
     ASSERT_TRUE(std::equal(h1, h1 + 256, h2));
+    for (uint32_t off : {0u, 7u}) {  // narrow ranges too: the random bytes, squeezed into [64, 64 + 15]
+      std::vector<uint8_t> narrow(in.begin() + off, in.begin() + off + m);
+      for (auto& x : narrow) x = uint8_t(64 + (x & 15));
+      for (const auto* bytes : {&in, &narrow}) {
+        uint32_t lo1, hi1, lo2, hi2;
+        s.minmax(bytes->data() + (bytes == &in ? off : 0), m, &lo1, &hi1);
+        v->minmax(bytes->data() + (bytes == &in ? off : 0), m, &lo2, &hi2);
+        ASSERT_EQ(lo1, lo2);
+        ASSERT_EQ(hi1, hi2);
+      }
+    }
   }
 }
 
