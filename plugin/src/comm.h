@@ -73,6 +73,7 @@ class SendComm {
   ~SendComm();  // waits for its codec jobs, reports statistics
   ncclResult_t isend(void* data, size_t size, int tag, void** request);
   ncclResult_t test(void* request, int* done, size_t* size);
+  SendConn* conn() const { return conn_.get(); }
 
   CommHeader header{kSendCommMagic};
 
@@ -87,13 +88,13 @@ class SendComm {
     FrameKind kind = FrameKind::kRaw;
     size_t wire = 0;
     int op = kNoOp;
-    bool sampling = false;  // the comm's sample job reads this request's buffer
     EncodeJob job;
     std::vector<char> staging;
   };
   ncclResult_t progress();
   void finish_encode(Req* r);
   void start_sample(Req* r, codec::ElemType type);
+  void finish_sample();
 
   std::unique_ptr<SendConn> conn_;
   std::vector<Req> reqs_;
@@ -103,6 +104,7 @@ class SendComm {
   EncodeJob sample_job_;  // at most one codec sample in flight per comm
   bool sample_busy_ = false;
   std::vector<char> sample_staging_;
+  std::vector<char> sample_src_;  // the sampled slice, copied so the message need not wait for it
   ConnStats stats_;
   bool failed_ = false;
   // Link sampling (see sample_link).
@@ -119,6 +121,7 @@ class RecvComm {
   ~RecvComm();
   ncclResult_t irecv(void* data, size_t size, int tag, void** request);
   ncclResult_t test(void* request, int* done, size_t* size);
+  RecvConn* conn() const { return conn_.get(); }
 
   CommHeader header{kRecvCommMagic};
 
@@ -133,9 +136,11 @@ class RecvComm {
     int op = kNoOp;
     DecodeJob job;
     std::vector<char> staging;
+    const void* staged = nullptr;  // the transport's copy of the codec frame (take_staged), if any
   };
   ncclResult_t progress();
   ncclResult_t fail(Req* r);
+  void start_decode(Req* r, const void* src);
 
   std::unique_ptr<RecvConn> conn_;
   std::vector<Req> reqs_;

@@ -24,6 +24,7 @@ struct MemHandle {
   void* data;
   size_t size;
   int type;
+  bool pinned;  // registered with the connection's transport (BufferRegistry)
 };
 
 struct Context {
@@ -41,12 +42,37 @@ T* as(void* p, uint32_t magic) {
   return reinterpret_cast<T*>(p);
 }
 
+BufferRegistry* registry_of(void* comm) {
+  if (SendComm* s = as<SendComm>(comm, kSendCommMagic)) return dynamic_cast<BufferRegistry*>(s->conn());
+  if (RecvComm* r = as<RecvComm>(comm, kRecvCommMagic)) return dynamic_cast<BufferRegistry*>(r->conn());
+  return nullptr;
+}
+
 ncclResult_t ready() {
   if (!g_transport) {
     ZIPCCL_WARN("called before a successful init");
     return ncclInternalError;
   }
   return ncclSuccess;
+}
+
+// ZIPCCL_TRANSPORT: auto = RDMA when an active port exists, else sockets; ib = RDMA, or sockets with
+// a WARN when there is no port; socket = sockets.
+Transport* pick_transport() {
+  const std::string want = settings().transport;  // validated by the registry
+#ifndef ZIPCCL_NO_RDMA
+  if (want != "socket") {
+    Transport* rdma = rdma_transport();
+    if (rdma->device_count() > 0) return rdma;
+    if (want == "ib") {
+      ZIPCCL_WARN(
+          "ZIPCCL_TRANSPORT=ib but no usable RDMA port (see the INFO lines); using the socket transport");
+    }
+  }
+#else
+  if (want == "ib") ZIPCCL_WARN("ZIPCCL_TRANSPORT=ib but this build has no RDMA transport; using sockets");
+#endif
+  return socket_transport();
 }
 
 }  // namespace
@@ -56,7 +82,7 @@ ncclResult_t net_init(ncclDebugLogger_t logger) {
   set_logger(logger);
   if (g_transport) return ncclSuccess;
   log_settings_once();
-  Transport* t = socket_transport();
+  Transport* t = pick_transport();
   if (!t) return ncclSystemError;
   std::vector<DeviceInfo> devs(t->device_count());
   for (int i = 0; i < t->device_count(); ++i) ZIPCCL_CHECK(t->device_info(i, &devs[i]));
@@ -162,12 +188,18 @@ ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mh
     ZIPCCL_WARN("regMr of memory type %d: zipccl only handles host memory (NCCL_PTR_HOST)", type);
     return ncclInternalError;
   }
-  *mhandle = new MemHandle{data, size, type};
+  BufferRegistry* reg = registry_of(comm);
+  if (reg) ZIPCCL_CHECK(reg->pin(data, size));
+  *mhandle = new MemHandle{data, size, type, reg != nullptr};
   return ncclSuccess;
 }
 
-ncclResult_t net_dereg_mr(void* /*comm*/, void* mhandle) {
-  delete static_cast<MemHandle*>(mhandle);
+ncclResult_t net_dereg_mr(void* comm, void* mhandle) {
+  auto* h = static_cast<MemHandle*>(mhandle);
+  if (h && h->pinned) {
+    if (BufferRegistry* reg = registry_of(comm)) reg->unpin(h->data);
+  }
+  delete h;
   return ncclSuccess;
 }
 

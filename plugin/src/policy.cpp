@@ -3,11 +3,10 @@
 namespace zipccl {
 namespace net {
 namespace {
-constexpr double kAlpha = 0.25;     // EWMA weight of a new codec sample
-constexpr double kLinkAlpha = 0.5;  // links change (and the prior is a guess): follow faster
-constexpr double kMargin = 0.85;    // compress only if predicted >= 15% faster: the model ignores
-                                    // the receiver's decode and CPU contention, so stay conservative
-constexpr int kMaxProbeGap = 256;   // a probe costs < 1% at this spacing
+constexpr double kAlpha = 0.25;    // EWMA weight of a new codec sample
+constexpr double kMargin = 0.85;   // compress only if predicted >= 15% faster: the model ignores
+                                   // the receiver's decode and CPU contention, so stay conservative
+constexpr int kMaxProbeGap = 256;  // a probe costs < 1% at this spacing
 }  // namespace
 
 Policy::Policy(CompressMode mode, uint64_t min_bytes, double link_bps, bool link_measured, int workers,
@@ -18,9 +17,11 @@ Policy::Policy(CompressMode mode, uint64_t min_bytes, double link_bps, bool link
       workers_(workers < 1 ? 1 : workers),
       link_bps_(link_bps),
       probe_base_(probe_interval),
-      probe_gap_(probe_interval) {}
+      probe_gap_(probe_interval),
+      since_probe_(probe_interval - 1) {}  // the first raw message is sampled
 
 bool Policy::predict_compress() const {
+  if (!codec_measured_ || (measure_link_ && link_samples_ < kLinkMinSamples)) return false;
   // Encode and transmission overlap across messages; the slower stage sets the pace. The receiver's
   // decode runs at a similar rate on its own workers.
   double t_raw = 1.0 / link_bps_;
@@ -51,19 +52,25 @@ bool Policy::choose(size_t n, bool* sample) {
 void Policy::on_encoded(size_t n, size_t wire, double seconds) {
   if (n == 0) return;
   double r = static_cast<double>(wire) / static_cast<double>(n);
+  double bps = seconds > 0 ? static_cast<double>(n) / seconds : codec_bps_;
+  if (!codec_measured_) {  // the first measurement replaces the priors
+    ratio_ = r;
+    codec_bps_ = bps;
+    codec_measured_ = true;
+    return;
+  }
   ratio_ += kAlpha * (r - ratio_);
-  if (seconds > 0) codec_bps_ += kAlpha * (static_cast<double>(n) / seconds - codec_bps_);
+  codec_bps_ += kAlpha * (bps - codec_bps_);
 }
 
 void Policy::on_link(uint64_t bytes, double seconds) {
   if (!measure_link_ || seconds <= 0 || bytes == 0) return;
-  double sample = static_cast<double>(bytes) / seconds;
-  if (!link_measured_) {
-    link_bps_ = sample;  // the first measurement replaces the interface's nominal speed
-    link_measured_ = true;
-  } else {
-    link_bps_ += kLinkAlpha * (sample - link_bps_);
-  }
+  // The first measurement replaces the interface's nominal speed (the window starts empty).
+  link_window_[link_next_] = static_cast<double>(bytes) / seconds;
+  link_next_ = (link_next_ + 1) % kLinkWindow;
+  if (link_samples_ < kLinkWindow) ++link_samples_;
+  link_bps_ = 0;
+  for (double v : link_window_) link_bps_ = v > link_bps_ ? v : link_bps_;
 }
 
 }  // namespace net

@@ -60,9 +60,11 @@ ncclResult_t RecvComm::irecv(void* data, size_t size, int /*tag*/, void** reques
   r.capacity = size;
   r.op = kNoOp;
   r.state = State::kWaitHeader;
+  r.staged = nullptr;
   unmatched_.push_back(idx);
   *request = &r.h;
-  ncclResult_t res = progress();
+  ncclResult_t res = conn_->post_target(data, size, codec::max_encoded_size(size));
+  if (res == ncclSuccess) res = progress();
   if (res != ncclSuccess) failed_ = true;
   return res;
 }
@@ -87,6 +89,12 @@ ncclResult_t RecvComm::progress() {
     void* dst = r->data;
     size_t cap = r->capacity;
     if (r->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
+      if (const void* staged = conn_->take_staged()) {  // already in transport memory: decode from there
+        r->staged = staged;
+        start_decode(r, staged);
+        unmatched_.pop_front();
+        continue;
+      }
       if (r->staging.size() < payload_len) r->staging.resize(payload_len);  // bounded by validate_frame
       dst = r->staging.data();
       cap = payload_len;
@@ -99,6 +107,17 @@ ncclResult_t RecvComm::progress() {
     unmatched_.pop_front();
   }
   return ncclSuccess;
+}
+
+void RecvComm::start_decode(Req* r, const void* src) {
+  r->job.src = src;
+  r->job.n = r->meta.wire_len;
+  r->job.dst = r->data;
+  r->job.cap = r->meta.original_len;  // never past the message: bytes beyond it stay untouched
+  r->job.out = 0;
+  r->job.done.store(false);
+  r->state = State::kDecoding;
+  worker_pool().submit(&r->job);
 }
 
 ncclResult_t RecvComm::fail(Req* /*r*/) {
@@ -121,18 +140,13 @@ ncclResult_t RecvComm::test(void* request, int* done, size_t* size) {
     if (conn_->test(r->op, &finished) != ncclSuccess) return fail(r);
     if (!finished) return ncclSuccess;
     if (r->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
-      r->job.src = r->staging.data();
-      r->job.n = r->meta.wire_len;
-      r->job.dst = r->data;
-      r->job.cap = r->meta.original_len;  // never past the message: bytes beyond it stay untouched
-      r->job.out = 0;
-      r->job.done.store(false);
-      r->state = State::kDecoding;
-      worker_pool().submit(&r->job);
+      start_decode(r, r->staging.data());
       return ncclSuccess;
     }
   } else if (r->state == State::kDecoding) {
     if (!r->job.done.load(std::memory_order_acquire)) return ncclSuccess;
+    if (r->staged) conn_->release_staged(r->staged);
+    r->staged = nullptr;
     stats_.codec_ns += r->job.ns;
     if (r->job.status != codec::Status::kOk || r->job.out != r->meta.original_len) {
       ZIPCCL_WARN("corrupt compressed frame from the peer (%s, %zu of %llu bytes decoded)",

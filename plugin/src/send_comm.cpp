@@ -102,7 +102,6 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, void** request) {
   r.kind = FrameKind::kRaw;
   r.wire = size;
   r.op = kNoOp;
-  r.sampling = false;
   r.state = State::kReady;
 
   const Settings& s = settings();
@@ -110,15 +109,19 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, void** request) {
   if (size < s.min_bytes || s.compress == CompressMode::kNever) {
     ++stats_.raw_small;
   } else {
+    // The policy first: a message it sends raw needs no type detection (in auto the detector only
+    // runs for messages about to be encoded or sampled), so raw traffic costs what `never` costs.
+    bool sample = false;
+    bool want = policy_.choose(size, &sample);
     codec::ElemType type = hint_type(s.dtype);
-    if (type == codec::ElemType::kAuto && s.compress == CompressMode::kAuto) {
+    if ((want || sample) && type == codec::ElemType::kAuto && s.compress == CompressMode::kAuto) {
       type = codec::detect_elem_type(data, size);
     }
-    if (type == codec::ElemType::kNone) {
-      ++stats_.raw_incompressible;
-    } else if (bool sample = false; !policy_.choose(size, &sample)) {
+    if (!want) {
       ++stats_.raw_policy;
-      if (sample) start_sample(&r, type);
+      if (sample && type != codec::ElemType::kNone) start_sample(&r, type);
+    } else if (type == codec::ElemType::kNone) {
+      ++stats_.raw_incompressible;
     } else {
       compress = true;
       r.job.type = type;
@@ -144,13 +147,15 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, void** request) {
 }
 
 // Encodes the first kSampleBytes of a raw message on the pool for the policy's estimates; the message
-// itself goes raw immediately. Its request completes only after the sample has read the buffer.
+// itself goes raw immediately. The slice is copied first (~20 us, once per 16..256 messages), so the
+// message's request completes as soon as its bytes are sent, whenever the worker gets to the sample.
 void SendComm::start_sample(Req* r, codec::ElemType type) {
   if (sample_busy_) return;
   size_t n = std::min(r->size, kSampleBytes);
   size_t cap = codec::max_encoded_size(n);
   if (sample_staging_.size() < cap) sample_staging_.resize(cap);
-  sample_job_.src = r->data;
+  sample_src_.assign(r->data, r->data + n);
+  sample_job_.src = sample_src_.data();
   sample_job_.n = n;
   sample_job_.dst = sample_staging_.data();
   sample_job_.cap = cap;
@@ -158,8 +163,17 @@ void SendComm::start_sample(Req* r, codec::ElemType type) {
   sample_job_.out = 0;
   sample_job_.done.store(false);
   sample_busy_ = true;
-  r->sampling = true;
   worker_pool().submit(&sample_job_);
+}
+
+// Feeds a finished codec sample to the policy; polled from progress().
+void SendComm::finish_sample() {
+  if (!sample_busy_ || !sample_job_.done.load(std::memory_order_acquire)) return;
+  if (sample_job_.status == codec::Status::kOk) {
+    policy_.on_encoded(sample_job_.n, sample_job_.out, sample_job_.ns * 1e-9);
+  }
+  stats_.codec_ns += sample_job_.ns;
+  sample_busy_ = false;
 }
 
 void SendComm::finish_encode(Req* r) {
@@ -201,7 +215,10 @@ void SendComm::sample_link() {
 }
 
 ncclResult_t SendComm::progress() {
-  if (settings().compress == CompressMode::kAuto) sample_link();
+  if (settings().compress == CompressMode::kAuto) {
+    sample_link();
+    finish_sample();
+  }
   while (!unposted_.empty()) {
     Req* r = &reqs_[unposted_.front()];
     if (r->state == State::kEncoding) {
@@ -212,7 +229,11 @@ ncclResult_t SendComm::progress() {
     const void* payload =
         r->kind == FrameKind::kCodec ? static_cast<const void*>(r->staging.data()) : r->data;
     int op = kNoOp;
-    ZIPCCL_CHECK(conn_->post(reinterpret_cast<const uint8_t*>(&meta), payload, r->wire, &op));
+    // A codec frame is decoded by the receiver, not kept: a transport writing into the receiver's
+    // memory lands it in staging (post_staged), while raw bytes go straight to the posted buffer.
+    const uint8_t* m = reinterpret_cast<const uint8_t*>(&meta);
+    ZIPCCL_CHECK(r->kind == FrameKind::kCodec ? conn_->post_staged(m, payload, r->wire, &op)
+                                              : conn_->post(m, payload, r->wire, &op));
     if (op == kNoOp) break;
     r->op = op;
     r->state = State::kPosted;
@@ -236,15 +257,6 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
     if (res == ncclSuccess && finished) r->op = kNoOp;  // the transport released its slot
   }
   if (res == ncclSuccess && r->state == State::kPosted && r->op == kNoOp) {
-    if (r->sampling) {
-      if (!sample_job_.done.load(std::memory_order_acquire)) return ncclSuccess;  // still reads the buffer
-      if (sample_job_.status == codec::Status::kOk) {
-        policy_.on_encoded(sample_job_.n, sample_job_.out, sample_job_.ns * 1e-9);
-      }
-      stats_.codec_ns += sample_job_.ns;
-      r->sampling = false;
-      sample_busy_ = false;
-    }
     ++stats_.messages;
     stats_.bytes_in += r->size;
     stats_.bytes_wire += r->wire;

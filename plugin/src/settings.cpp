@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -14,7 +15,7 @@ namespace zipccl {
 namespace net {
 namespace {
 
-enum class Kind { kBytes, kInt, kDouble, kString, kCompress, kDtype };
+enum class Kind { kBytes, kInt, kDouble, kString, kCompress, kDtype, kTransport };
 
 struct Entry {
   const char* name;
@@ -22,11 +23,14 @@ struct Entry {
   const char* doc;
   void* field;
   long lo, hi;  // kInt / kBytes bounds
+  // The default in words, where it depends on the machine.
+  const char* default_doc = nullptr;
 };
 
 Settings g_settings;
 std::vector<std::string> g_messages;  // parse warnings, logged once the logger is known
 std::once_flag g_read_once, g_log_once;
+std::map<std::string, std::string> g_problems;  // setting name -> why its value was rejected
 
 std::vector<Entry> registry(Settings* s) {
   return {
@@ -40,7 +44,8 @@ std::vector<Entry> registry(Settings* s) {
        &s->min_chunk_bytes, 4096, 1L << 30},
       {"ZIPCCL_INLINE_BYTES", Kind::kBytes, "payloads up to this size travel on the control stream",
        &s->inline_bytes, 0, 1L << 20},
-      {"ZIPCCL_WORKERS", Kind::kInt, "codec worker threads (process-wide)", &s->workers, 1, 64},
+      {"ZIPCCL_WORKERS", Kind::kInt, "codec worker threads (process-wide)", &s->workers, 1, 64,
+       "half the cores, 1..4"},
       {"ZIPCCL_MAX_REQUESTS", Kind::kInt, "requests in flight per comm", &s->max_requests, 32, 4096},
       {"ZIPCCL_STATS_FILE", Kind::kString, "append per-connection statistics as JSON lines", &s->stats_file,
        0, 0},
@@ -52,6 +57,10 @@ std::vector<Entry> registry(Settings* s) {
        100, 3600000},
       {"ZIPCCL_IO_TIMEOUT_MS", Kind::kInt, "fail a transfer that makes no progress this long (0: never)",
        &s->io_timeout_ms, 0, 3600000},
+      {"ZIPCCL_TRANSPORT", Kind::kTransport,
+       "socket|ib|auto: ib = RDMA verbs, opt-in until validated on RDMA hardware (auto: ib when an active port exists)",
+       &s->transport, 0, 0},
+      {"ZIPCCL_IB_QPS", Kind::kInt, "RC queue pairs per RDMA connection", &s->ib_qps, 1, 8},
   };
 }
 
@@ -67,6 +76,7 @@ std::string value_string(const Entry& e) {
       std::snprintf(buf, sizeof buf, "%g", *static_cast<double*>(e.field));
       return buf;
     case Kind::kString:
+    case Kind::kTransport:
       return *static_cast<std::string*>(e.field);
     case Kind::kCompress:
       return compress_mode_name(*static_cast<CompressMode*>(e.field));
@@ -82,6 +92,7 @@ void warn(const Entry& e, const char* v, const char* what) {
   char buf[512];
   std::snprintf(buf, sizeof buf, "%s='%s' is not %s; using %s", e.name, v, what, value_string(e).c_str());
   g_messages.push_back(buf);
+  g_problems[e.name] = buf;
 }
 
 void parse(const Entry& e, const char* v) {
@@ -120,6 +131,12 @@ void parse(const Entry& e, const char* v) {
     }
     case Kind::kString:
       *static_cast<std::string*>(e.field) = v;
+      return;
+    case Kind::kTransport:
+      if (!std::strcmp(v, "socket") || !std::strcmp(v, "ib") || !std::strcmp(v, "auto"))
+        *static_cast<std::string*>(e.field) = v;
+      else
+        warn(e, v, "one of socket|ib|auto");
       return;
     case Kind::kCompress: {
       auto* f = static_cast<CompressMode*>(e.field);
@@ -176,6 +193,52 @@ void log_settings_once() {
       ZIPCCL_INFO(NCCL_INIT | NCCL_ENV, "%s=%s (%s)", e.name, value_string(e).c_str(), e.doc);
     }
   });
+}
+
+std::vector<SettingInfo> describe_settings() {
+  settings();
+  Settings defaults;
+  std::vector<Entry> def = registry(&defaults);
+  std::vector<Entry> cur = registry(&g_settings);
+  std::vector<SettingInfo> out;
+  for (size_t i = 0; i < cur.size(); ++i) {
+    const Entry& e = cur[i];
+    SettingInfo info;
+    info.name = e.name;
+    info.doc = e.doc;
+    info.value = value_string(e);
+    info.default_value = e.default_doc ? e.default_doc : value_string(def[i]);
+    switch (e.kind) {
+      case Kind::kBytes:
+        info.values = "size " + format_bytes(static_cast<uint64_t>(e.lo)) + ".." +
+                      format_bytes(static_cast<uint64_t>(e.hi));
+        break;
+      case Kind::kInt:
+        info.values = "integer " + std::to_string(e.lo) + ".." + std::to_string(e.hi);
+        break;
+      case Kind::kDouble:
+        info.values = "number >= 0";
+        break;
+      case Kind::kString:
+        info.values = "string";
+        break;
+      case Kind::kCompress:
+        info.values = "auto|always|never";
+        break;
+      case Kind::kDtype:
+        info.values = "auto|bf16|fp16|fp32";
+        break;
+      case Kind::kTransport:
+        info.values = "socket|ib|auto";
+        break;
+    }
+    const char* v = std::getenv(e.name);
+    info.from_env = v && *v;
+    auto p = g_problems.find(e.name);
+    if (p != g_problems.end()) info.problem = p->second;
+    out.push_back(std::move(info));
+  }
+  return out;
 }
 
 std::string format_bytes(uint64_t n) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace zipccl {
 namespace net {
@@ -26,6 +27,10 @@ struct Settings {
   int probe_interval = 16;  // auto: sample the codec every N raw messages (backs off)
   int connect_timeout_ms = 30000;
   int io_timeout_ms = 0;  // 0: none; otherwise a stalled transfer fails after this long
+  // socket | ib | auto (auto: ib when an active RDMA port exists). The verbs path has not run on RDMA
+  // hardware yet, so it is opt-in.
+  std::string transport = "socket";
+  int ib_qps = 2;                   // RC queue pairs per RDMA connection
 };
 
 // Reads the registry on first use (thread-safe) and returns it.
@@ -37,6 +42,19 @@ std::string format_bytes(uint64_t n);
 // Parses "123", "64K", "64KiB", "4M", "1G" (binary units). False on anything else.
 bool parse_bytes(const char* s, uint64_t* out);
 const char* compress_mode_name(CompressMode m);
+
+// One row of the registry, for `zipccl doctor` and the README's generated table.
+struct SettingInfo {
+  std::string name;           // "ZIPCCL_COMPRESS"
+  std::string values;         // what it accepts: "auto|always|never", "integer 1..16", "size 0..1TiB", ...
+  std::string default_value;  // machine-independent description of the default
+  std::string doc;            // one line
+  std::string value;          // effective value in this process
+  bool from_env = false;      // the environment set it (to a value that was accepted or not)
+  std::string problem;        // non-empty when the environment's value was rejected (the default is kept)
+};
+// Every setting in registry order, with this process's effective values (reads them on first use).
+std::vector<SettingInfo> describe_settings();
 
 }  // namespace net
 }  // namespace zipccl

@@ -116,5 +116,33 @@ std::vector<SocketIface> find_interfaces(const std::string& spec, int family) {
   return out;
 }
 
+bool peer_is_local(int fd) {
+  SocketAddr peer{};
+  socklen_t len = sizeof peer;
+  if (getpeername(fd, &peer.sa, &len) != 0) return false;
+  if (peer.sa.sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&peer.in6.sin6_addr)) {
+    SocketAddr v4{};
+    v4.in.sin_family = AF_INET;
+    std::memcpy(&v4.in.sin_addr, peer.in6.sin6_addr.s6_addr + 12, 4);
+    peer = v4;
+  }
+  if (peer.sa.sa_family == AF_INET && (ntohl(peer.in.sin_addr.s_addr) >> 24) == 127) return true;
+  if (peer.sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&peer.in6.sin6_addr)) return true;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool local = false;
+  for (ifaddrs* a = list; a && !local; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != peer.sa.sa_family) continue;
+    if (peer.sa.sa_family == AF_INET) {
+      local = reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr == peer.in.sin_addr.s_addr;
+    } else if (peer.sa.sa_family == AF_INET6) {
+      local = std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr, &peer.in6.sin6_addr,
+                          sizeof(in6_addr)) == 0;
+    }
+  }
+  freeifaddrs(list);
+  return local;
+}
+
 }  // namespace net
 }  // namespace zipccl

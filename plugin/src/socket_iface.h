@@ -35,6 +35,10 @@ int parse_family(const char* s, bool* ok);
 // any but docker/lo, then docker, then lo. One address per interface (IPv4 first unless the family
 // says otherwise; global IPv6 before link-local).
 std::vector<SocketIface> find_interfaces(const std::string& spec, int family);
+// True when the peer of connected socket `fd` is this host (in this network namespace): a loopback
+// address or one assigned to a local interface. Such a connection has no network link; its bytes
+// are memory copies on this host's CPUs.
+bool peer_is_local(int fd);
 
 }  // namespace net
 }  // namespace zipccl

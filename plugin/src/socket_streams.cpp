@@ -44,7 +44,7 @@ OpSlot* OpTable::get(int id) {
 
 StreamThread::StreamThread(std::vector<int> fds, bool sending, std::atomic<int>* conn_error,
                            int io_timeout_ms)
-    : sending_(sending), conn_error_(conn_error), io_timeout_ms_(io_timeout_ms) {
+    : fds_(fds), sending_(sending), conn_error_(conn_error), io_timeout_ms_(io_timeout_ms) {
   for (int fd : fds) socks_.push_back(Sock{fd, {}, 0});
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   thread_ = std::thread([this] { run(); });
@@ -57,12 +57,6 @@ StreamThread::~StreamThread() {
   if (thread_.joinable()) thread_.join();
   for (Sock& s : socks_) close(s.fd);
   if (event_fd_ >= 0) close(event_fd_);
-}
-
-const std::vector<int> StreamThread::fds() const {
-  std::vector<int> out;
-  for (const Sock& s : socks_) out.push_back(s.fd);
-  return out;
 }
 
 void StreamThread::enqueue(int local_index, const Piece& p) {

@@ -52,7 +52,7 @@ class StreamThread {
   void enqueue(int local_index, const Piece& p);
   // Bytes this thread has moved through its sockets so far.
   uint64_t bytes_moved() const { return moved_.load(std::memory_order_relaxed); }
-  const std::vector<int> fds() const;
+  const std::vector<int>& fds() const { return fds_; }
 
  private:
   struct Sock {
@@ -66,6 +66,7 @@ class StreamThread {
   void fail_all(const char* why, int err);
 
   std::vector<Sock> socks_;
+  std::vector<int> fds_;  // the sockets' descriptors, in order (fixed after construction)
   bool sending_;
   std::atomic<int>* conn_error_;
   int io_timeout_ms_;

@@ -93,34 +93,68 @@ uint64_t chunk_for(uint64_t len, int nstreams) {
   return per < min_chunk ? min_chunk : per;
 }
 
-// test() of one op, the same in both directions: an error if the op or its connection failed;
-// done (and the slot released) once every piece has moved.
-ncclResult_t test_op(OpTable& ops, int op, const std::atomic<int>& conn_error, const char* what, bool* done) {
-  OpSlot* slot = ops.get(op);
-  if (!slot) {
-    ZIPCCL_WARN("test on an unknown %s op %d", what, op);
-    return ncclInternalError;
-  }
-  if (slot->error.load() || conn_error.load()) return ncclSystemError;
-  if (slot->pending.load(std::memory_order_acquire) == 0) {
-    *done = true;
-    ops.release(op);
-  }
-  return ncclSuccess;
-}
-
-class SocketSendConn final : public SendConn {
- public:
-  SocketSendConn(std::vector<int> fds, int per_thread)
+// What both directions of a connection share: the control stream (fds[0]), the helper threads of the
+// data streams, the op table and the connection's error flag.
+class SocketConn {
+ protected:
+  SocketConn(const std::vector<int>& fds, int per_thread, bool sending)
       : ctrl_(fds[0]),
         nstreams_(static_cast<int>(fds.size()) - 1),
         per_thread_(per_thread),
-        ops_(settings().max_requests) {
-    threads_ = make_threads(fds, true, &error_, per_thread);
+        ops_(settings().max_requests),
+        local_(sending && peer_is_local(fds[0])) {
+    threads_ = make_threads(fds, sending, &error_, per_thread);
   }
-  ~SocketSendConn() override {
+  ~SocketConn() {
     threads_.clear();  // joins helper threads, closes data streams
     close(ctrl_);
+  }
+
+  // Queues the pieces of a split message: piece i (`chunk` bytes, the last one shorter) goes on
+  // stream (seq + i) % nstreams. The op's pending count (pieces + `extra`) is set before any helper
+  // thread can see a piece.
+  void enqueue_pieces(char* p, uint64_t len, uint64_t chunk, uint64_t seq, OpSlot* slot, int extra) {
+    int npieces = static_cast<int>((len + chunk - 1) / chunk);
+    slot->pending.store(npieces + extra);
+    for (int i = 0; i < npieces; ++i) {
+      uint64_t off = static_cast<uint64_t>(i) * chunk;
+      int s = static_cast<int>((seq + i) % nstreams_);
+      threads_[s / per_thread_]->enqueue(s % per_thread_,
+                                         Piece{p + off, std::min<uint64_t>(chunk, len - off), slot});
+    }
+  }
+
+  // test() of one op: an error if the op or its connection failed; done (and the slot released) once
+  // every piece has moved.
+  ncclResult_t test_op(int op, const char* what, bool* done) {
+    OpSlot* slot = ops_.get(op);
+    if (!slot) {
+      ZIPCCL_WARN("test on an unknown %s op %d", what, op);
+      return ncclInternalError;
+    }
+    if (slot->error.load() || error_.load()) return ncclSystemError;
+    if (slot->pending.load(std::memory_order_acquire) == 0) {
+      *done = true;
+      ops_.release(op);
+    }
+    return ncclSuccess;
+  }
+
+  int ctrl_;
+  int nstreams_;
+  int per_thread_;
+  OpTable ops_;
+  const bool local_;  // sending side only: the peer is this host (peer_is_local)
+  std::atomic<int> error_{0};
+  std::vector<std::unique_ptr<StreamThread>> threads_;
+};
+
+class SocketSendConn final : public SendConn, private SocketConn {
+ public:
+  SocketSendConn(const std::vector<int>& fds, int per_thread) : SocketConn(fds, per_thread, true) {
+    if (local_) {
+      ZIPCCL_INFO(NCCL_NET, "peer of this connection is this host: no link to measure, auto keeps it raw");
+    }
   }
 
   ncclResult_t post(const uint8_t* meta, const void* payload, size_t len, int* op) override {
@@ -144,15 +178,7 @@ class SocketSendConn final : public SendConn {
     } else {
       uint64_t chunk = chunk_for(len, nstreams_);
       item.hdr.chunk = chunk;
-      int npieces = static_cast<int>((len + chunk - 1) / chunk);
-      slot->pending.store(npieces + 1);
-      char* p = static_cast<char*>(const_cast<void*>(payload));
-      for (int i = 0; i < npieces; ++i) {
-        uint64_t off = static_cast<uint64_t>(i) * chunk;
-        int s = static_cast<int>((seq_ + i) % nstreams_);
-        threads_[s / per_thread_]->enqueue(s % per_thread_,
-                                           Piece{p + off, std::min<uint64_t>(chunk, len - off), slot});
-      }
+      enqueue_pieces(static_cast<char*>(const_cast<void*>(payload)), len, chunk, seq_, slot, 1);
     }
     wire_ += sizeof(MsgHeader) + len;
     ++seq_;
@@ -165,10 +191,18 @@ class SocketSendConn final : public SendConn {
   ncclResult_t test(int op, bool* done) override {
     *done = false;
     ZIPCCL_CHECK(progress());
-    return test_op(ops_, op, error_, "send", done);
+    return test_op(op, "send", done);
   }
 
   void link_progress(uint64_t* delivered, uint64_t* backlog) override {
+    // A peer on this host: the "link" is the two processes' CPUs copying memory, whose pace dips
+    // whenever another job takes a core. Compressing cannot save anything there (the receiver would
+    // decode on the same CPUs), so no backlog is reported and the policy never measures a link.
+    if (local_) {
+      *delivered = wire_;
+      *backlog = 0;
+      return;
+    }
     // SIOCOUTQ: bytes the kernel still holds for a socket (unsent or unacknowledged).
     uint64_t written = ctrl_written_, queued = 0;
     int q = 0;
@@ -228,31 +262,15 @@ class SocketSendConn final : public SendConn {
     return ncclSuccess;
   }
 
-  int ctrl_;
-  int nstreams_;
-  int per_thread_;
-  OpTable ops_;
-  std::atomic<int> error_{0};
-  std::vector<std::unique_ptr<StreamThread>> threads_;
   std::deque<CtrlItem> ctrl_queue_;
   uint64_t seq_ = 0;
   uint64_t wire_ = 0;          // bytes posted (headers included)
   uint64_t ctrl_written_ = 0;  // bytes written to the control stream
 };
 
-class SocketRecvConn final : public RecvConn {
+class SocketRecvConn final : public RecvConn, private SocketConn {
  public:
-  SocketRecvConn(std::vector<int> fds, int per_thread)
-      : ctrl_(fds[0]),
-        nstreams_(static_cast<int>(fds.size()) - 1),
-        per_thread_(per_thread),
-        ops_(settings().max_requests) {
-    threads_ = make_threads(fds, false, &error_, per_thread);
-  }
-  ~SocketRecvConn() override {
-    threads_.clear();
-    close(ctrl_);
-  }
+  SocketRecvConn(const std::vector<int>& fds, int per_thread) : SocketConn(fds, per_thread, false) {}
 
   ncclResult_t peek(uint8_t* meta, uint64_t* payload_len, bool* ready) override {
     *ready = false;
@@ -287,15 +305,7 @@ class SocketRecvConn final : public RecvConn {
       inline_op_ = slot;
       state_ = State::kInline;
     } else {
-      uint64_t len = hdr_.payload_len, chunk = hdr_.chunk;
-      int npieces = static_cast<int>((len + chunk - 1) / chunk);
-      slot->pending.store(npieces);
-      for (int i = 0; i < npieces; ++i) {
-        uint64_t off = static_cast<uint64_t>(i) * chunk;
-        int s = static_cast<int>((hdr_.seq + i) % nstreams_);
-        threads_[s / per_thread_]->enqueue(s % per_thread_,
-                                           Piece{p + off, std::min<uint64_t>(chunk, len - off), slot});
-      }
+      enqueue_pieces(p, hdr_.payload_len, hdr_.chunk, hdr_.seq, slot, 0);
       next_header();
     }
     *op = id;
@@ -306,7 +316,7 @@ class SocketRecvConn final : public RecvConn {
   ncclResult_t test(int op, bool* done) override {
     *done = false;
     ZIPCCL_CHECK(progress());
-    return test_op(ops_, op, error_, "receive", done);
+    return test_op(op, "receive", done);
   }
 
  private:
@@ -383,12 +393,6 @@ class SocketRecvConn final : public RecvConn {
     return ncclSuccess;
   }
 
-  int ctrl_;
-  int nstreams_;
-  int per_thread_;
-  OpTable ops_;
-  std::atomic<int> error_{0};
-  std::vector<std::unique_ptr<StreamThread>> threads_;
   State state_ = State::kHeader;
   MsgHeader hdr_{};
   size_t hdr_got_ = 0;

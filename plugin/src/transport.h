@@ -31,6 +31,12 @@ class SendConn {
   // Queues one message. `payload` must stay valid until the op completes. *op is kNoOp when the
   // connection has no free op slot (the caller retries later).
   virtual ncclResult_t post(const uint8_t* meta, const void* payload, size_t len, int* op) = 0;
+  // Like post(), for a payload the receiver does not keep as is (a compressed frame it decodes): a
+  // transport that writes into the receiver's memory (RDMA) lands it in a staging slot rather than
+  // in the posted buffer. Default: post().
+  virtual ncclResult_t post_staged(const uint8_t* meta, const void* payload, size_t len, int* op) {
+    return post(meta, payload, len, op);
+  }
   // Progresses the connection; *done once every byte of `op` has been handed to the network.
   // A completed op's slot is released by this call.
   virtual ncclResult_t test(int op, bool* done) = 0;
@@ -50,6 +56,29 @@ class RecvConn {
   // payload is larger than `capacity`. *op is kNoOp when no op slot is free.
   virtual ncclResult_t recv(void* dst, size_t capacity, int* op) = 0;
   virtual ncclResult_t test(int op, bool* done) = 0;
+
+  // Optional, for transports that write into the receiver's memory (RDMA): announces, in receive
+  // order, where the next message is to land (`dst`, `capacity` bytes) and the most bytes a staged
+  // payload (post_staged) for that receive may carry. Called once per receive, before its peek();
+  // a transport that needs it sends nothing until it is called. Default: ignored.
+  virtual ncclResult_t post_target(void* /*dst*/, size_t /*capacity*/, size_t /*staged_capacity*/) {
+    return ncclSuccess;
+  }
+  // Optional zero-copy path: when the payload of the message last peeked already lies in transport
+  // memory (an RDMA staging slot), consumes the message as recv() would and returns that address;
+  // the bytes stay valid until release_staged(). nullptr: use recv().
+  virtual const void* take_staged() { return nullptr; }
+  virtual void release_staged(const void* /*payload*/) {}
+};
+
+// Optional, for transports that register memory with a NIC (RDMA): NCCL's regMr/deregMr of a buffer
+// it will send from or receive into, so the transport keeps it registered instead of registering it
+// per message. net.cpp finds it on a connection with dynamic_cast.
+class BufferRegistry {
+ public:
+  virtual ~BufferRegistry() = default;
+  virtual ncclResult_t pin(void* data, size_t size) = 0;
+  virtual void unpin(void* data) = 0;
 };
 
 class Listener {
@@ -74,6 +103,10 @@ class Transport {
 // The socket transport (TCP, several streams per connection). Reads NCCL_SOCKET_IFNAME and
 // NCCL_SOCKET_FAMILY once. Returns nullptr (with a WARN) when no usable interface exists.
 Transport* socket_transport();
+// The RDMA transport (libibverbs, loaded at run time; RC queue pairs). Reads NCCL_IB_HCA,
+// NCCL_IB_GID_INDEX and, for its connection side channel, NCCL_SOCKET_IFNAME once. Has zero devices
+// (INFO says why) when libibverbs, an active port or a side-channel interface is missing.
+Transport* rdma_transport();
 
 }  // namespace net
 }  // namespace zipccl

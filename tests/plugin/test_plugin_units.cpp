@@ -1,6 +1,7 @@
 // Plugin internals that need no connection: interface selection syntax, size parsing, frame-header
 // validation, the auto policy's decisions.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "src/frame.h"
 #include "src/policy.h"
@@ -46,6 +47,27 @@ TEST(SocketIfname, FindsLoopbackInBothFamilies) {
   EXPECT_FALSE(ok);
 }
 
+// A connection to 127.0.0.1, or to the address of any local interface, has its peer on this host.
+TEST(SocketIfname, PeerIsLocal) {
+  std::vector<SocketIface> targets = find_interfaces("=lo", AF_INET);
+  for (const SocketIface& i : find_interfaces("^lo", AF_INET)) targets.push_back(i);
+  ASSERT_FALSE(targets.empty());
+  for (const SocketIface& target : targets) {
+    SocketAddr a = target.addr;
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    socklen_t len = sizeof a.in;
+    ASSERT_EQ(bind(l, &a.sa, sizeof a.in), 0) << target.name;
+    ASSERT_EQ(listen(l, 1), 0);
+    ASSERT_EQ(getsockname(l, &a.sa, &len), 0);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_FALSE(peer_is_local(c));  // not connected: no peer
+    ASSERT_EQ(connect(c, &a.sa, sizeof a.in), 0) << target.name;
+    EXPECT_TRUE(peer_is_local(c)) << target.name;
+    close(c);
+    close(l);
+  }
+}
+
 TEST(Settings, ParseBytes) {
   uint64_t v = 0;
   EXPECT_TRUE(parse_bytes("4096", &v));
@@ -84,16 +106,16 @@ TEST(Frame, ValidationRejectsEveryLie) {
 }
 
 TEST(Policy, CompressesOnSlowLinksOnly) {
-  // 1 Gbit/s link, codec at 1 GB/s, ratio 0.69: compression wins.
-  Policy slow(CompressMode::kAuto, 0, 125e6, true, 1, 1 << 20);
+  // 1 Gbit/s link (pinned), codec at 1 GB/s, ratio 0.69: compression wins.
+  Policy slow(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
   slow.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
   EXPECT_TRUE(choose(slow, 4 << 20));
   // 40 GB/s link: the codec is the bottleneck, raw wins.
-  Policy fast(CompressMode::kAuto, 0, 40e9, true, 1, 1 << 20);
+  Policy fast(CompressMode::kAuto, 0, 40e9, false, 1, 1 << 20);
   fast.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
   EXPECT_FALSE(choose(fast, 4 << 20));
   // Incompressible data on a slow link: raw.
-  Policy noise(CompressMode::kAuto, 0, 125e6, true, 1, 1 << 20);
+  Policy noise(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
   for (int i = 0; i < 20; ++i) noise.on_encoded(1 << 20, 1 << 20, 1e-3);
   EXPECT_FALSE(choose(noise, 4 << 20));
 }
@@ -104,6 +126,46 @@ TEST(Policy, FollowsTheMeasuredLink) {
   EXPECT_FALSE(choose(p, 4 << 20));
   for (int i = 0; i < 40; ++i) p.on_link(125000000, 1.0);  // the link turns out to be 1 Gbit/s
   EXPECT_TRUE(choose(p, 4 << 20));
+}
+
+TEST(Policy, NothingCompressedBeforeCodecAndLinkAreMeasured) {
+  // The interface claims 1 Gbit/s, but nothing has been measured yet.
+  Policy p(CompressMode::kAuto, 0, 125e6, true, 1, 16);
+  bool sample = false;
+  EXPECT_FALSE(p.choose(4 << 20, &sample));
+  EXPECT_TRUE(sample);  // the first message measures the codec
+  p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  for (int i = 0; i < Policy::kLinkMinSamples - 1; ++i) {
+    p.on_link(125000000, 1.0);
+    EXPECT_FALSE(choose(p, 4 << 20)) << i;
+  }
+  p.on_link(125000000, 1.0);
+  EXPECT_TRUE(choose(p, 4 << 20));
+  // A pinned link needs only the codec measurement.
+  Policy pinned(CompressMode::kAuto, 0, 125e6, false, 1, 16);
+  EXPECT_FALSE(choose(pinned, 4 << 20));
+  pinned.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  EXPECT_TRUE(choose(pinned, 4 << 20));
+}
+
+TEST(Policy, BriefLinkDipsDoNotSwitchToCompression) {
+  // A 12 Gbit/s "link" whose pace is really the receiver's CPU: it dips when that CPU is taken.
+  Policy p(CompressMode::kAuto, 0, 1.25e9, true, 1, 1 << 20);
+  p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  for (int i = 0; i < 20; ++i) p.on_link(1500000000, 1.0);
+  EXPECT_FALSE(choose(p, 4 << 20));
+  for (int i = 0; i < Policy::kLinkWindow - 1; ++i) {
+    p.on_link(250000000, 1.0);  // 2 Gbit/s for a while: still the same link
+    EXPECT_FALSE(choose(p, 4 << 20)) << i;
+  }
+  EXPECT_NEAR(p.link_bps(), 1.5e9, 1);
+  // A drop that lasts a whole window is the link itself.
+  p.on_link(250000000, 1.0);
+  EXPECT_NEAR(p.link_bps(), 2.5e8, 1);
+  EXPECT_TRUE(choose(p, 4 << 20));
+  // And a faster link shows at once.
+  p.on_link(1500000000, 1.0);
+  EXPECT_FALSE(choose(p, 4 << 20));
 }
 
 TEST(Policy, SamplesTheCodecWhileRawWithBackoff) {
@@ -119,7 +181,7 @@ TEST(Policy, SamplesTheCodecWhileRawWithBackoff) {
   EXPECT_GE(samples, 3);     // 4, 8, 16, 32, ...
   EXPECT_LE(samples, 10);    // backed off
   // While compressing there is nothing to sample: every compressed message measures the codec.
-  Policy slow(CompressMode::kAuto, 0, 125e6, true, 1, 4);
+  Policy slow(CompressMode::kAuto, 0, 125e6, false, 1, 4);
   slow.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
   for (int i = 0; i < 100; ++i) {
     bool sample = true;
