@@ -2,8 +2,10 @@
 // with the order-0 entropy bounds of the codec's plane model (tools/entropy.h).
 //
 // Every codec and baseline round trip is checked bit-exact; a mismatch fails the run (exit 1).
+#if ZIPCCL_HAVE_BASELINES
 #include <lz4.h>
 #include <zstd.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -130,6 +132,7 @@ class Baseline {
   virtual void decompress(const uint8_t* src, size_t csize, uint8_t* dst, size_t n) = 0;
 };
 
+#if ZIPCCL_HAVE_BASELINES
 class ZstdBaseline : public Baseline {
  public:
   explicit ZstdBaseline(int level) : level_(level), cctx_(ZSTD_createCCtx()), dctx_(ZSTD_createDCtx()) {}
@@ -263,6 +266,7 @@ class PlanesZstdBaseline : public ZstdBaseline {
   std::vector<uint8_t> scratch_;
   std::vector<size_t> sizes_;
 };
+#endif  // ZIPCCL_HAVE_BASELINES
 
 // ---- the codec ----
 
@@ -380,6 +384,7 @@ Result run_one(const Input& in, const Options& o, int all_threads) {
   res.codec.one = measure_codec(in, o, 1, &buf, &res.codec);
   res.codec.all = all_threads > 1 ? measure_codec(in, o, all_threads, &buf, &res.codec) : res.codec.one;
 
+#if ZIPCCL_HAVE_BASELINES
   if (o.baselines) {
     const size_t es = std::max<size_t>(1, codec::elem_size(res.model));
     std::vector<std::unique_ptr<Baseline>> bs;
@@ -389,6 +394,7 @@ Result run_one(const Input& in, const Options& o, int all_threads) {
     bs.emplace_back(new PlanesZstdBaseline(3, es));
     for (auto& b : bs) res.baselines.push_back(measure_baseline(in, o, b.get(), &buf));
   }
+#endif
   return res;
 }
 
@@ -428,6 +434,7 @@ void print_header(const Options& o, int all_threads, size_t count) {
   std::printf("zipccl bench: %zu input%s; codec simd path %s%s; best of %d; %s, %u hardware threads\n", count,
               count == 1 ? "" : "s", codec::simd_path(), o.force_scalar ? " (forced scalar)" : "", o.reps,
               cpu_model().c_str(), std::thread::hardware_concurrency());
+  if (!ZIPCCL_HAVE_BASELINES && o.baselines) std::printf("(built without libzstd/liblz4: no zstd or lz4 baselines)\n");
   std::printf(
       "bounds: order-0 entropy of the codec's byte planes, whole buffer and per block of %zu elements\n\n",
       o.bound_block);

@@ -10,6 +10,9 @@ int cmd_decompress(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_perf(int argc, char** argv);
+int cmd_doctor(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+int cmd_nccl_check(int argc, char** argv);
 
 }  // namespace tools
 }  // namespace zipccl

@@ -18,6 +18,9 @@ const Command kCommands[] = {
     {"bench", zipccl::tools::cmd_bench, "ratio and speed against zstd and lz4, with entropy bounds"},
     {"plan", zipccl::tools::cmd_plan, "print heterogeneous-TP groups and boundary traffic for a layout"},
     {"perf", zipccl::tools::cmd_perf, "drive the NCCL net plugin between two processes, raw vs compressed"},
+    {"inspect", zipccl::tools::cmd_inspect, "per-tensor exponent histograms, entropy and what zipccl saves"},
+    {"doctor", zipccl::tools::cmd_doctor, "check that NCCL would load the plugin on this node, and why not"},
+    {"nccl-check", zipccl::tools::cmd_nccl_check, "run collectives through real NCCL and the plugin; bit-exact?"},
 };
 
 void usage(FILE* f) {

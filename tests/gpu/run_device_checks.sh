@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Device checks of the CUDA codec, for a machine with a GPU: build from this tree with the machine's
-# nvcc and cmake (no network), run the GPU and host tests, compute-sanitizer memcheck and racecheck
-# on the GPU tests, then the throughput benchmark, whose table is printed last.
+# Device checks, for a machine with a GPU: build from this tree with the machine's nvcc and cmake (no
+# network), run the CUDA codec's GPU and host tests, compute-sanitizer memcheck and racecheck on the
+# GPU tests, hetero's NCCL executor, the plugin under real NCCL (`zipccl nccl-check`: every
+# collective, type and protocol bit-exact, compressed vs not; 100 iterations) and an unmodified
+# PyTorch DDP job (tests/gpu/ddp_check.py), then the codec throughput benchmark, printed last.
 # Budget: under 8 minutes on an H200 (each step has its own timeout). Usage, from the repo root:
 #   tests/gpu/run_device_checks.sh [build-dir]        (default build-device)
 # Exit status: 0 when every step passed.
@@ -29,10 +31,10 @@ archs="80-real;90-real;90-virtual"
 [ -n "$cap" ] && [ "$cap" != "80" ] && [ "$cap" != "90" ] && archs="$archs;${cap}-real"
 
 step configure 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DZIPCCL_CUDA=ON \
-  -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF "-DZIPCCL_TEST_MODULES=gpu;hetero" \
+  -DZIPCCL_BUILD_PLUGIN=ON -DZIPCCL_BUILD_TOOLS=ON "-DZIPCCL_TEST_MODULES=gpu;hetero" \
   "-DCMAKE_CUDA_ARCHITECTURES=$archs" || exit 1
 step build 240 cmake --build "$build" -j"$(nproc)" \
-  --target gpu_codec_device_tests gpu_codec_host_tests zipccl_gpu_bench codec_tests || exit 1
+  --target gpu_codec_device_tests gpu_codec_host_tests zipccl_gpu_bench codec_tests zipccl nccl-net-zipccl || exit 1
 
 tests="$build/tests/gpu/gpu_codec_device_tests"
 step device-tests 90 "$tests" --gtest_brief=1
@@ -59,6 +61,20 @@ if cmake --build "$build" -j"$(nproc)" --target hetero_nccl_test >/dev/null 2>&1
 else
   echo "hetero_nccl_test not built (NCCL not found by CMake): step skipped"; status=1
 fi
+
+# The plugin under real NCCL: PyTorch's libnccl.so.2 (pip's nvidia-nccl) unless NCCL_LIB says otherwise.
+nccl_lib="${NCCL_LIB:-$(python3 -c '
+import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+hits = [p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "nccl", "lib", "libnccl.so*"))]
+print(hits[0] if hits else "libnccl.so.2")' 2>/dev/null || echo libnccl.so.2)}"
+plugin="$build/plugin/libnccl-net-zipccl.so"
+echo "NCCL library: $nccl_lib"
+step nccl-check 150 "$build/tools/zipccl" nccl-check --np 2 --iters 20 --bytes 4M --plugin "$plugin" \
+  --nccl "$nccl_lib"
+step nccl-check-100-iters 60 "$build/tools/zipccl" nccl-check --np 3 --iters 100 --bytes 1M --types bf16 \
+  --colls allreduce --plugin "$plugin" --nccl "$nccl_lib"
+step pytorch-ddp 150 python3 "$root/tests/gpu/ddp_check.py" --plugin "$plugin" --np 2 --steps 30
 
 step bench 180 "$build/tests/gpu/zipccl_gpu_bench"
 echo "=== device checks: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"

@@ -1,0 +1,57 @@
+# Installs the build tree into a fresh prefix, then configures, builds and runs tests/install/consumer
+# against that prefix only (find_package(zipccl) -> zipccl::codec, zipccl::hetero).
+#   cmake -DBUILD_DIR=... -DWORK_DIR=... -DSOURCE_DIR=... -DCXX=... [-DSANITIZE=address,undefined]
+#         [-DEXPECT_PLUGIN=ON] [-DEXPECT_TOOL=ON] -P install_test.cmake
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  set(run_output "${out}" PARENT_SCOPE)
+endfunction()
+
+run("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+
+set(expected include/zipccl/codec.h include/zipccl/hetero/hetero.h include/zipccl/hetero/layout.h)
+if(EXPECT_TOOL)
+  list(APPEND expected bin/zipccl)
+endif()
+foreach(f IN LISTS expected)
+  if(NOT EXISTS ${prefix}/${f})
+    message(FATAL_ERROR "not installed: ${f}")
+  endif()
+endforeach()
+file(GLOB_RECURSE configs ${prefix}/*/zipcclConfig.cmake)
+file(GLOB_RECURSE plugins ${prefix}/*/libnccl-net-zipccl.so)
+if(NOT configs)
+  message(FATAL_ERROR "not installed: lib*/cmake/zipccl/zipcclConfig.cmake")
+endif()
+if(EXPECT_PLUGIN AND NOT plugins)
+  message(FATAL_ERROR "not installed: lib*/libnccl-net-zipccl.so")
+endif()
+if(EXPECT_TOOL)
+  run("installed zipccl --help" ${prefix}/bin/zipccl --help)
+  if(NOT run_output MATCHES "inspect")
+    message(FATAL_ERROR "installed zipccl --help does not list inspect:\n${run_output}")
+  endif()
+endif()
+
+# The consumer sees only the prefix: no package registry, no build tree. No optimisation: it only
+# has to link and run, and compiling the hetero headers at -O3 (with sanitizers) costs most of the test.
+set(flags "")
+if(SANITIZE)
+  set(flags "-fsanitize=${SANITIZE}")
+endif()
+run("configuring the consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build
+    -DCMAKE_BUILD_TYPE= -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${prefix}
+    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=${flags}")
+run("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run("running the consumer" ${WORK_DIR}/build/consumer)
+if(NOT run_output MATCHES "hetero: 2 modules, llm dp=2, encoder dp=4")
+  message(FATAL_ERROR "unexpected consumer output:\n${run_output}")
+endif()
+message(STATUS "${run_output}")
+file(REMOVE_RECURSE ${WORK_DIR})

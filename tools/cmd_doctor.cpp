@@ -1,0 +1,589 @@
+// `zipccl doctor`: checks a node the way NCCL would use zipccl there, and says in one line whether it
+// would work. It loads the plugin as NCCL does (NCCL_NET_PLUGIN=NAME -> libnccl-net-NAME.so through
+// the loader path, or a path), finds the NCCL version the job would run under (libnccl.so.2's
+// ncclGetVersion) and the ABI table that version picks, calls init/devices/getProperties through
+// that table, and lists every ZIPCCL_ setting with its effective value. Exit status: 0 when NCCL
+// would load and initialise the plugin with these settings, 1 with the reasons when not, 2 for bad
+// usage.
+//
+// The settings come from the plugin's own registry (plugin/src/settings.cpp, compiled into the
+// tool): the same parser the plugin runs, so a value the plugin would reject is reported here. The
+// registry also generates the README's settings table (--settings-markdown, --check-readme,
+// --update-readme) so that the documentation cannot drift from the code.
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "nccl/net_v10.h"
+#include "nccl/net_v11.h"
+#include "nccl/net_v7.h"
+#include "nccl/net_v8.h"
+#include "nccl/net_v9.h"
+#include "src/net.h"
+#include "src/settings.h"
+
+namespace zipccl {
+namespace tools {
+namespace {
+
+constexpr char kReadmeBegin[] =
+    "<!-- zipccl-settings:begin (generated: zipccl doctor --update-readme README.md) -->";
+constexpr char kReadmeEnd[] = "<!-- zipccl-settings:end -->";
+constexpr int kOldestAbi = 7;
+constexpr int kNewestAbi = 11;
+
+struct Options {
+  std::string plugin;        // NAME or PATH; empty: NCCL_NET_PLUGIN, else "zipccl"
+  std::string nccl_version;  // "2.27" / "2.27.3"; empty: ask libnccl.so.2
+  bool verbose = false;
+};
+
+void usage(FILE* f) {
+  std::fprintf(f,
+               "usage: zipccl doctor [--plugin NAME|PATH] [--nccl-version X.Y[.Z]] [-v]\n"
+               "       zipccl doctor --settings-markdown | --check-readme FILE | --update-readme FILE\n\n"
+               "Loads the NCCL net plugin the way NCCL would on this node and says whether it would work:\n"
+               "the NCCL version and the plugin ABI table it would use, the network devices the plugin\n"
+               "finds, every ZIPCCL_ setting with its effective value, and a one-line verdict.\n"
+               "Exit status 0: it would work; 1: it would not (the reasons are printed); 2: bad usage.\n\n"
+               "  --plugin NAME|PATH     NAME loads libnccl-net-NAME.so from the loader path, as\n"
+               "                         NCCL_NET_PLUGIN=NAME does; a PATH loads that file\n"
+               "                         (default: $NCCL_NET_PLUGIN, else zipccl)\n"
+               "  --nccl-version X.Y     the NCCL the job uses, when libnccl.so.2 is not on the loader\n"
+               "                         path (frameworks often bundle their own)\n"
+               "  -v, --verbose          also print the plugin's INFO log lines\n"
+               "  --settings-markdown    print the settings table (README.md) from the registry\n"
+               "  --check-readme FILE    exit 1 if FILE's generated settings table is out of date\n"
+               "  --update-readme FILE   rewrite FILE's generated settings table\n");
+}
+
+// ---- what the plugin logs during the check ----
+struct LogLine {
+  ncclDebugLogLevel level;
+  std::string text;
+};
+std::mutex g_log_mu;
+std::vector<LogLine> g_log;
+
+void capture_log(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
+  if (level != NCCL_LOG_WARN && level != NCCL_LOG_INFO) return;
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  g_log.push_back({level, buf});
+}
+
+std::vector<std::string> warnings_since(size_t first) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  std::vector<std::string> out;
+  for (size_t i = first; i < g_log.size(); ++i)
+    if (g_log[i].level == NCCL_LOG_WARN) out.push_back(g_log[i].text);
+  return out;
+}
+
+size_t log_size() {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  return g_log.size();
+}
+
+// ---- NCCL version -> ABI ----
+struct NcclVersion {
+  int major = 0, minor = 0, patch = 0;
+  bool known = false;
+};
+
+bool parse_version(const std::string& s, NcclVersion* v) {
+  int n = std::sscanf(s.c_str(), "%d.%d.%d", &v->major, &v->minor, &v->patch);
+  if (n < 2 || v->major < 1 || v->minor < 0) return false;
+  if (n == 2) v->patch = 0;
+  v->known = true;
+  return true;
+}
+
+// The ncclNet_vN NCCL of this version looks for first (then it falls back to older tables).
+int native_abi(const NcclVersion& v) {
+  if (v.major > 2) return kNewestAbi;
+  if (v.major < 2 || v.minor < 17) return 6;  // older than any table zipccl exports
+  if (v.minor >= 28) return 11;
+  if (v.minor >= 24) return 10;
+  if (v.minor >= 22) return 9;
+  if (v.minor >= 19) return 8;
+  return 7;
+}
+
+// libnccl.so.2 from the loader path; its ncclGetVersion code is major*10000 + minor*100 + patch since
+// 2.9 (major*1000 + minor*100 + patch before).
+NcclVersion installed_nccl(std::string* where) {
+  NcclVersion v;
+  void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return v;
+  link_map* lm = nullptr;
+  if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name) *where = lm->l_name;
+  using GetVersion = int (*)(int*);
+  auto get = reinterpret_cast<GetVersion>(dlsym(lib, "ncclGetVersion"));
+  int code = 0;
+  if (get && get(&code) == 0 && code > 0) {
+    bool new_scheme = code >= 10000;
+    v.major = new_scheme ? code / 10000 : code / 1000;
+    v.minor = new_scheme ? (code % 10000) / 100 : (code % 1000) / 100;
+    v.patch = code % 100;
+    v.known = true;
+  }
+  return v;  // left loaded: unloading NCCL in a process that may have used it gains nothing
+}
+
+// ---- the plugin ----
+struct Device {
+  std::string name, pci_path;
+  int speed = 0, ptr_support = 0, max_comms = 0, max_recvs = 0;
+};
+
+template <typename Props>
+void read_props(const Props& p, Device* d) {
+  d->name = p.name ? p.name : "";
+  d->pci_path = p.pciPath ? p.pciPath : "";
+  d->speed = p.speed;
+  d->ptr_support = p.ptrSupport;
+  d->max_comms = p.maxComms;
+  d->max_recvs = p.maxRecvs;
+}
+
+// init, devices and getProperties through one table; the v11 context is finalised again.
+template <typename Net, typename Props>
+ncclResult_t probe_devices(const Net* net, std::vector<Device>* out, std::string* failed) {
+  int n = 0;
+  ncclResult_t r = net->devices(&n);
+  if (r != ncclSuccess) {
+    *failed = "devices()";
+    return r;
+  }
+  for (int i = 0; i < n; ++i) {
+    Props p{};
+    r = net->getProperties(i, &p);
+    if (r != ncclSuccess) {
+      *failed = "getProperties(" + std::to_string(i) + ")";
+      return r;
+    }
+    Device d;
+    read_props(p, &d);
+    out->push_back(d);
+  }
+  return ncclSuccess;
+}
+
+template <typename Net, typename Props>
+ncclResult_t probe_legacy(const void* table, std::vector<Device>* out, std::string* failed) {
+  const Net* net = static_cast<const Net*>(table);
+  ncclResult_t r = net->init(capture_log);
+  if (r != ncclSuccess) {
+    *failed = "init()";
+    return r;
+  }
+  return probe_devices<Net, Props>(net, out, failed);
+}
+
+template <typename Net, typename Props>
+ncclResult_t probe_v10(const void* table, std::vector<Device>* out, std::string* failed) {
+  const Net* net = static_cast<const Net*>(table);
+  ncclResult_t r = net->init(capture_log, nullptr);
+  if (r != ncclSuccess) {
+    *failed = "init()";
+    return r;
+  }
+  return probe_devices<Net, Props>(net, out, failed);
+}
+
+ncclResult_t probe_v11(const void* table, std::vector<Device>* out, std::string* failed) {
+  const auto* net = static_cast<const ncclNet_v11_t*>(table);
+  void* ctx = nullptr;
+  ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  ncclResult_t r = net->init(&ctx, 0, &config, capture_log, nullptr);
+  if (r != ncclSuccess) {
+    *failed = "init()";
+    return r;
+  }
+  r = probe_devices<ncclNet_v11_t, ncclNetProperties_v11_t>(net, out, failed);
+  if (net->finalize) {
+    ncclResult_t f = net->finalize(ctx);
+    if (r == ncclSuccess && f != ncclSuccess) {
+      *failed = "finalize()";
+      r = f;
+    }
+  }
+  return r;
+}
+
+// `name` is the first member of every version's table.
+const char* table_name(const void* table) {
+  const char* const* name = static_cast<const char* const*>(table);
+  return *name ? *name : "(null)";
+}
+
+ncclResult_t probe(int abi, const void* table, std::vector<Device>* out, std::string* failed) {
+  switch (abi) {
+    case 7:
+      return probe_legacy<ncclNet_v7_t, ncclNetProperties_v7_t>(table, out, failed);
+    case 8:
+      return probe_legacy<ncclNet_v8_t, ncclNetProperties_v8_t>(table, out, failed);
+    case 9:
+      return probe_legacy<ncclNet_v9_t, ncclNetProperties_v9_t>(table, out, failed);
+    case 10:
+      return probe_v10<ncclNet_v10_t, ncclNetProperties_v10_t>(table, out, failed);
+    default:
+      return probe_v11(table, out, failed);
+  }
+}
+
+const char* result_name(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess:
+      return "ncclSuccess";
+    case ncclSystemError:
+      return "ncclSystemError";
+    case ncclInternalError:
+      return "ncclInternalError";
+    case ncclInvalidArgument:
+      return "ncclInvalidArgument";
+    case ncclInvalidUsage:
+      return "ncclInvalidUsage";
+    default:
+      return "error";
+  }
+}
+
+// The plugin name NCCL would be told, and where it was told. NCCL reads NCCL_NET_PLUGIN from the
+// environment first, then from $NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf.
+std::string configured_plugin(std::string* source) {
+  if (const char* e = std::getenv("NCCL_NET_PLUGIN"); e && *e) {
+    *source = "environment";
+    return e;
+  }
+  std::vector<std::string> files;
+  if (const char* c = std::getenv("NCCL_CONF_FILE"); c && *c) {
+    files.push_back(c);
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    files.push_back(std::string(h) + "/.nccl.conf");
+  }
+  files.push_back("/etc/nccl.conf");
+  for (const std::string& f : files) {
+    std::ifstream in(f);
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t s = line.find_first_not_of(" \t");
+      if (s == std::string::npos || line[s] == '#') continue;
+      if (line.compare(s, 16, "NCCL_NET_PLUGIN=") != 0) continue;
+      std::string v = line.substr(s + 16);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r')) v.pop_back();
+      *source = f;
+      return v;
+    }
+  }
+  return "";
+}
+
+// ---- the settings table ----
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string settings_markdown() {
+  std::ostringstream o;
+  o << "| Setting | Accepts | Default | What it does |\n|---|---|---|---|\n";
+  for (const net::SettingInfo& s : net::describe_settings()) {
+    std::string def = s.default_value.empty() ? "unset" : s.default_value;
+    std::string doc = s.doc;  // "auto|always|never: ..." says again what the Accepts column says
+    if (doc.compare(0, s.values.size() + 2, s.values + ": ") == 0) doc = doc.substr(s.values.size() + 2);
+    o << "| `" << s.name << "` | " << md_cell(s.values) << " | " << md_cell(def) << " | " << md_cell(doc)
+      << " |\n";
+  }
+  return o.str();
+}
+
+// Splits `text` around the generated block: [0, begin) + table + [end, size).
+bool find_block(const std::string& text, size_t* begin, size_t* end) {
+  size_t b = text.find(kReadmeBegin);
+  if (b == std::string::npos) return false;
+  b = text.find('\n', b);
+  if (b == std::string::npos) return false;
+  size_t e = text.find(kReadmeEnd, b);
+  if (e == std::string::npos) return false;
+  *begin = b + 1;
+  *end = e;
+  return true;
+}
+
+int readme(const std::string& path, bool update) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "zipccl doctor: cannot read %s\n", path.c_str());
+    return 1;
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t b = 0, e = 0;
+  if (!find_block(text, &b, &e)) {
+    std::fprintf(stderr,
+                 "zipccl doctor: %s has no generated settings table: put the lines\n%s\n%s\nwhere it goes\n",
+                 path.c_str(), kReadmeBegin, kReadmeEnd);
+    return 1;
+  }
+  const std::string table = settings_markdown();
+  if (text.compare(b, e - b, table) == 0) return 0;
+  if (!update) {
+    std::fprintf(stderr,
+                 "zipccl doctor: the ZIPCCL_ settings table in %s differs from the settings registry "
+                 "(plugin/src/settings.cpp).\nRegenerate it with:\n  zipccl doctor --update-readme %s\n"
+                 "(from the repository root, with the built tool: build/tools/zipccl doctor --update-readme "
+                 "README.md)\n",
+                 path.c_str(), path.c_str());
+    return 1;
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text.substr(0, b) << table << text.substr(e);
+  if (!out.good()) {
+    std::fprintf(stderr, "zipccl doctor: cannot write %s\n", path.c_str());
+    return 1;
+  }
+  std::printf("updated the settings table in %s\n", path.c_str());
+  return 0;
+}
+
+// ---- the check ----
+struct Check {
+  std::vector<std::string> failures;
+  std::vector<std::string> notes;
+};
+
+// Loads the plugin as NCCL does: a name becomes libnccl-net-NAME.so (then the name itself is tried);
+// a path is opened as it is.
+void* load_plugin(const std::string& plugin, std::string* tried, std::string* error) {
+  std::vector<std::string> names;
+  bool is_path = plugin.find('/') != std::string::npos;
+  if (!is_path) names.push_back("libnccl-net-" + plugin + ".so");
+  names.push_back(plugin);
+  for (const std::string& n : names) {
+    if (!tried->empty()) *tried += ", ";
+    *tried += n;
+    void* lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib) return lib;
+    const char* e = dlerror();
+    if (error->empty() && e) *error = e;
+  }
+  return nullptr;
+}
+
+int run_check(const Options& opt) {
+  Check c;
+  std::printf("zipccl doctor\n\n");
+
+  // NCCL version and configuration.
+  std::string source;
+  const std::string configured = configured_plugin(&source);
+  std::string plugin = opt.plugin.empty() ? configured : opt.plugin;
+  if (plugin.empty()) plugin = "zipccl";
+  NcclVersion ver;
+  std::string nccl_where;
+  if (!opt.nccl_version.empty()) {
+    parse_version(opt.nccl_version, &ver);  // validated by the caller
+    std::printf("NCCL        %d.%d.%d (given with --nccl-version)\n", ver.major, ver.minor, ver.patch);
+  } else {
+    ver = installed_nccl(&nccl_where);
+    if (ver.known) {
+      std::printf("NCCL        %d.%d.%d (%s)\n", ver.major, ver.minor, ver.patch, nccl_where.c_str());
+    } else {
+      std::printf(
+          "NCCL        libnccl.so.2 is not on the loader path; assuming 2.28+ (if the job's framework "
+          "bundles NCCL, pass --nccl-version)\n");
+    }
+  }
+  const int native = ver.known ? native_abi(ver) : kNewestAbi;
+  if (configured.empty()) {
+    c.notes.push_back(
+        "NCCL_NET_PLUGIN is set neither in the environment nor in /etc/nccl.conf or ~/.nccl.conf: NCCL "
+        "would not load zipccl (add NCCL_NET_PLUGIN=zipccl to /etc/nccl.conf)");
+  } else {
+    std::printf("configured  NCCL_NET_PLUGIN=%s (%s)\n", configured.c_str(), source.c_str());
+  }
+  if (!configured.empty() && !opt.plugin.empty() && configured != opt.plugin) {
+    c.notes.push_back("NCCL_NET_PLUGIN=" + configured + " (" + source +
+                      "): NCCL would load that, not the --plugin " + opt.plugin + " checked here");
+  }
+  if (const char* n = std::getenv("NCCL_NET"); n && *n && std::strcmp(n, net::kPluginName) != 0) {
+    c.notes.push_back(std::string("NCCL_NET=") + n + ": NCCL will use the network named '" + n +
+                      "', not zipccl");
+  }
+
+  // The plugin and its tables.
+  std::string tried, error;
+  void* lib = load_plugin(plugin, &tried, &error);
+  int abi = 0;
+  const void* table = nullptr;
+  if (!lib) {
+    c.failures.push_back("cannot load the plugin (tried " + tried + "): " + error +
+                         "; install it into the library path (cmake --install, or the .deb) or set "
+                         "LD_LIBRARY_PATH");
+  } else {
+    link_map* lm = nullptr;
+    std::string where = plugin;
+    if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) where = lm->l_name;
+    std::printf("plugin      %s\n", where.c_str());
+    std::string exported;
+    for (int v = kNewestAbi; v >= kOldestAbi; --v) {
+      std::string sym = "ncclNetPlugin_v" + std::to_string(v);
+      const void* t = dlsym(lib, sym.c_str());
+      if (!t) continue;
+      exported += (exported.empty() ? "v" : " v") + std::to_string(v);
+      if (!table && v <= native) {
+        table = t;
+        abi = v;
+      }
+    }
+    std::printf("tables      %s\n", exported.empty() ? "none" : exported.c_str());
+    if (exported.empty()) {
+      c.failures.push_back(where +
+                           " exports no ncclNetPlugin_v7..v11 table: it is not an NCCL net plugin "
+                           "that NCCL 2.17+ can use");
+    } else if (!table) {
+      c.failures.push_back("NCCL " + std::to_string(ver.major) + "." + std::to_string(ver.minor) +
+                           " uses plugin ABI v" + std::to_string(native) + " or older; the plugin exports " +
+                           exported);
+    } else {
+      std::printf(
+          "ABI         ncclNetPlugin_v%d (NCCL %s looks for v%d first, then older tables); name '%s'\n", abi,
+          ver.known ? (std::to_string(ver.major) + "." + std::to_string(ver.minor)).c_str() : "2.28+", native,
+          table_name(table));
+    }
+  }
+
+  // Settings, as the plugin reads them.
+  std::printf("\nsettings\n");
+  for (const net::SettingInfo& s : net::describe_settings()) {
+    std::printf("  %-26s = %-10s %s\n", s.name.c_str(), s.value.empty() ? "(unset)" : s.value.c_str(),
+                s.from_env ? "(environment)" : "(default)");
+    if (!s.problem.empty())
+      c.failures.push_back("bad setting: " + s.problem +
+                           " (the plugin only warns and runs with the default: fix or unset it)");
+  }
+  const char* ifname = std::getenv("NCCL_SOCKET_IFNAME");
+  const char* family = std::getenv("NCCL_SOCKET_FAMILY");
+  std::printf("  %-26s = %s\n", "NCCL_SOCKET_IFNAME", ifname && *ifname ? ifname : "(unset: automatic)");
+  if (family && *family) std::printf("  %-26s = %s\n", "NCCL_SOCKET_FAMILY", family);
+  if (net::settings().compress == net::CompressMode::kNever)
+    c.notes.push_back("ZIPCCL_COMPRESS=never: the plugin moves every message uncompressed");
+
+  // init / devices / getProperties through the table NCCL would use.
+  std::vector<Device> devices;
+  if (table) {
+    const size_t first = log_size();
+    std::string failed;
+    ncclResult_t r = probe(abi, table, &devices, &failed);
+    std::vector<std::string> warns = warnings_since(first);
+    std::printf("\ndevices (%s init/devices/getProperties)\n", ("v" + std::to_string(abi)).c_str());
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const Device& d = devices[i];
+      std::printf("  [%zu] %-12s %6d Mbit/s  pci %s  ptrSupport %s  maxComms %d\n", i, d.name.c_str(),
+                  d.speed, d.pci_path.empty() ? "(none: virtual)" : d.pci_path.c_str(),
+                  d.ptr_support == NCCL_PTR_HOST ? "host" : std::to_string(d.ptr_support).c_str(),
+                  d.max_comms);
+    }
+    if (opt.verbose) {
+      std::lock_guard<std::mutex> lock(g_log_mu);
+      std::printf("\nplugin log\n");
+      for (const LogLine& l : g_log)
+        std::printf("  %s %s\n", l.level == NCCL_LOG_WARN ? "WARN" : "INFO", l.text.c_str());
+    } else {
+      for (const std::string& w : warns) std::printf("  WARN %s\n", w.c_str());
+    }
+    if (r != ncclSuccess) {
+      std::string why = "the plugin's " + failed + " returned " + result_name(r);
+      if (!warns.empty()) why += ": " + warns.back();
+      c.failures.push_back(why);
+    } else if (devices.empty()) {
+      c.failures.push_back("the plugin found no network device");
+    }
+  }
+
+  std::printf("\n");
+  for (const std::string& n : c.notes) std::printf("note: %s\n", n.c_str());
+  if (!c.failures.empty()) {
+    for (size_t i = 1; i < c.failures.size(); ++i) std::printf("also: %s\n", c.failures[i].c_str());
+    std::printf("verdict: FAIL: %s\n", c.failures[0].c_str());
+    return 1;
+  }
+  std::string devs;
+  for (const Device& d : devices) devs += (devs.empty() ? "" : ",") + d.name;
+  std::printf(
+      "verdict: OK: NCCL %s would load %s through ncclNetPlugin_v%d with %zu device(s) (%s), compression "
+      "%s%s\n",
+      ver.known ? (std::to_string(ver.major) + "." + std::to_string(ver.minor)).c_str() : "2.28+",
+      table_name(table), abi, devices.size(), devs.c_str(), net::compress_mode_name(net::settings().compress),
+      configured.empty() ? ", once NCCL_NET_PLUGIN=zipccl is set (see the note)" : "");
+  return 0;
+}
+
+}  // namespace
+
+int cmd_doctor(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (a == "-v" || a == "--verbose") {
+      opt.verbose = true;
+    } else if (a == "--plugin") {
+      if (!value(&opt.plugin) || opt.plugin.empty()) {
+        std::fprintf(stderr, "zipccl doctor: --plugin needs a name or a path\n");
+        return 2;
+      }
+    } else if (a == "--nccl-version") {
+      NcclVersion v;
+      if (!value(&opt.nccl_version) || !parse_version(opt.nccl_version, &v)) {
+        std::fprintf(stderr, "zipccl doctor: --nccl-version needs a version such as 2.27 or 2.21.5\n");
+        return 2;
+      }
+    } else if (a == "--settings-markdown") {
+      std::fputs(settings_markdown().c_str(), stdout);
+      return 0;
+    } else if (a == "--check-readme" || a == "--update-readme") {
+      std::string path;
+      if (!value(&path)) {
+        std::fprintf(stderr, "zipccl doctor: %s needs a file\n", a.c_str());
+        return 2;
+      }
+      return readme(path, a == "--update-readme");
+    } else {
+      std::fprintf(stderr, "zipccl doctor: unknown option '%s'\n\n", a.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  return run_check(opt);
+}
+
+}  // namespace tools
+}  // namespace zipccl
