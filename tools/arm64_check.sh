@@ -12,7 +12,8 @@ if ((${#need[@]})); then
     echo "arm64_check: missing ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
     exit 1
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null; }
 fi
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B build-arm64 -DCMAKE_TOOLCHAIN_FILE="$PWD/tests/arm64/toolchain.cmake" -DCMAKE_BUILD_TYPE=Release \
