@@ -7,21 +7,25 @@ source tools/setup.sh
 
 passed=0
 skipped=0
-# run_ctest DIR [ctest args]: runs the suite, adds its passed and skipped counts to the totals (CTest
-# counts a skipped test among the passed ones: those that need an RDMA device or a GPU).
-run_ctest() {
-  local dir=$1 log
-  shift
+# count_passed CMD...: runs a test command that ends in ctest's summary, adds its passed and skipped
+# counts to the totals (CTest counts a skipped test among the passed ones: those that need an RDMA
+# device or a GPU).
+count_passed() {
+  local log n s
   log=$(mktemp)
-  ctest --test-dir "$dir" --output-on-failure -j"$JOBS" "$@" 2>&1 | tee "$log"
-  local n
+  "$@" 2>&1 | tee "$log"
   n=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n 1)
-  local s
   s=$(grep -c '(Skipped)$' "$log" || true)
   rm -f "$log"
-  [[ -n "$n" ]] || { echo "test.sh: $dir: tests failed" >&2; exit 1; }
+  [[ -n "$n" ]] || { echo "test.sh: $*: tests failed" >&2; exit 1; }
   passed=$((passed + n - s))
   skipped=$((skipped + s))
+}
+# run_ctest DIR [ctest args]: the suite in build directory DIR.
+run_ctest() {
+  local dir=$1
+  shift
+  count_passed ctest --test-dir "$dir" --output-on-failure -j"$JOBS" "$@"
 }
 
 echo "== tests (Release)"
@@ -44,12 +48,7 @@ cmake --build build-tsan -j"$JOBS" --target nccl-net-zipccl test_plugin_abi test
 run_ctest build-tsan -R '^(never|always|auto6)[.]|Faults|Garbage|PluginAbi|SocketIfname|Settings[.]|Frame[.]|Policy[.]|^Rdma'
 
 echo "== CPU codec on AArch64 (NEON kernels; cross-built, run under qemu-user)"
-log=$(mktemp)
-tools/arm64_check.sh 2>&1 | tee "$log"
-n=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n 1)
-rm -f "$log"
-[[ -n "$n" ]] || { echo "test.sh: arm64: tests failed" >&2; exit 1; }
-passed=$((passed + n))
+count_passed tools/arm64_check.sh
 
 echo "== fuzz the frame decoder (libFuzzer, ${ZIPCCL_FUZZ_SECONDS:-60} s)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_FUZZ=ON \

@@ -81,19 +81,11 @@ ZIPCCL_HD uint8_t plane_byte(uint32_t v, int np, int p) {
   return p == 0 ? fmt::split32_p0(v) : p == 1 ? fmt::split32_p1(v) : uint8_t(v >> (p == 2 ? 8 : 0));
 }
 
-// *p = min(*p, v) (or max) with the Cta's compare-and-swap; reads go through add(p, 0) so that they
-// are atomic on every Cta.
-template <class Cta>
-ZIPCCL_HD void cta_min(const Cta& cta, uint32_t* p, uint32_t v) {
-  for (uint32_t old = cta.add(p, 0); v < old;) {
-    const uint32_t seen = cta.cas(p, old, v);
-    if (seen == old) break;
-    old = seen;
-  }
-}
-template <class Cta>
-ZIPCCL_HD void cta_max(const Cta& cta, uint32_t* p, uint32_t v) {
-  for (uint32_t old = cta.add(p, 0); v > old;) {
+// *p = min(*p, v) (Max = false) or max(*p, v) with the Cta's compare-and-swap; reads go through
+// add(p, 0) so that they are atomic on every Cta.
+template <bool Max, class Cta>
+ZIPCCL_HD void cta_extreme(const Cta& cta, uint32_t* p, uint32_t v) {
+  for (uint32_t old = cta.add(p, 0); Max ? v > old : v < old;) {
     const uint32_t seen = cta.cas(p, old, v);
     if (seen == old) break;
     old = seen;
@@ -163,7 +155,7 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
   }
   if (acc.flags) cta.or_bits(&sh.flags, acc.flags);
   for (int p = 0; p < np; ++p) {
-    if (acc.lo[p] <= acc.hi[p]) cta_min(cta, &sh.bmin[p], acc.lo[p]), cta_max(cta, &sh.bmax[p], acc.hi[p]);
+    if (acc.lo[p] <= acc.hi[p]) cta_extreme<false>(cta, &sh.bmin[p], acc.lo[p]), cta_extreme<true>(cta, &sh.bmax[p], acc.hi[p]);
   }
   cta.sync();
   // Sampled histogram (every kScreenStride-th element) of every plane: the screen for planes > 0,
