@@ -7,6 +7,8 @@ source tools/setup.sh
 
 passed=0
 skipped=0
+# stage NAME: prints a stage heading with the seconds spent so far (CI must stay under 30 minutes).
+stage() { echo "== $1 (at ${SECONDS} s)"; }
 # count_passed CMD...: runs a test command that ends in ctest's summary, adds its passed and skipped
 # counts to the totals (CTest counts a skipped test among the passed ones: those that need an RDMA
 # device or a GPU).
@@ -28,29 +30,29 @@ run_ctest() {
   count_passed ctest --test-dir "$dir" --output-on-failure -j"$JOBS" "$@"
 }
 
-echo "== tests (Release)"
+stage "tests (Release)"
 run_ctest build
 if [[ "${ZIPCCL_QUICK:-0}" == 1 ]]; then
   echo "$passed passed, 0 failed, $skipped skipped (no GPU / RDMA device here)"
   exit 0
 fi
 
-echo "== tests (ASan + UBSan)"
+stage "tests (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
 ASAN_OPTIONS=detect_leaks=1 run_ctest build-asan -LE slow
 
-echo "== plugin tests (TSan)"
+stage "plugin tests (TSan)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=thread -DZIPCCL_CUDA=OFF \
   -DZIPCCL_BUILD_TOOLS=OFF -DZIPCCL_TEST_MODULES= >/dev/null
 cmake --build build-tsan -j"$JOBS" --target nccl-net-zipccl test_plugin_abi test_plugin_units \
   test_plugin_conformance test_plugin_faults plugin_peer test_rdma_proto test_rdma_stack test_rdma_plugin
 run_ctest build-tsan -R '^(never|always|auto6)[.]|Faults|Garbage|PluginAbi|SocketIfname|Settings[.]|Frame[.]|Policy[.]|^Rdma'
 
-echo "== CPU codec on AArch64 (NEON kernels; cross-built, run under qemu-user)"
+stage "CPU codec on AArch64 (NEON kernels; cross-built, run under qemu-user)"
 count_passed tools/arm64_check.sh
 
-echo "== fuzz the frame decoder (libFuzzer, ${ZIPCCL_FUZZ_SECONDS:-60} s)"
+stage "fuzz the frame decoder (libFuzzer, ${ZIPCCL_FUZZ_SECONDS:-60} s)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_FUZZ=ON \
   -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF \
   -DZIPCCL_BUILD_TESTS=ON -DZIPCCL_TEST_MODULES= >/dev/null
@@ -61,4 +63,5 @@ mkdir -p "$corpus"
 ./build-fuzz/tests/fuzz/fuzz_decode -max_total_time="${ZIPCCL_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 \
   -print_final_stats=1 "$corpus" 2>&1 | tail -n 12
 echo "fuzz: no crash"
+stage "done"
 echo "$passed passed, 0 failed, $skipped skipped (no GPU / RDMA device here)"

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "zipccl/codec.h"
 
 #ifndef ZIPCCL_BIN
@@ -24,29 +25,8 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-class Cli : public ::testing::Test {
+class Cli : public zipccl_test::TempDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/zipccl_cli_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::string cmd = "rm -rf '" + dir_ + "'";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
-  }
-
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
-  void write(const std::string& name, const Bytes& b) const {
-    std::ofstream f(path(name), std::ios::binary);
-    f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-    ASSERT_TRUE(f.good());
-  }
-  Bytes read(const std::string& name) const {
-    std::ifstream f(path(name), std::ios::binary);
-    return Bytes(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }
   bool exists(const std::string& name) const {
     struct stat st;
     return ::stat(path(name).c_str(), &st) == 0;
@@ -54,11 +34,9 @@ class Cli : public ::testing::Test {
 
   // Runs `zipccl ARGS` in the temp dir (shell syntax allowed); returns the exit status, keeps stderr.
   int zipccl(const std::string& args) {
-    std::string cmd = "cd '" + dir_ + "' && '" ZIPCCL_BIN "' " + args + " 2> stderr.txt";
-    int st = std::system(cmd.c_str());
-    Bytes err = read("stderr.txt");
-    stderr_.assign(err.begin(), err.end());
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    const int st = run_here("'" ZIPCCL_BIN "' " + args + " 2> stderr.txt");
+    stderr_ = read_text("stderr.txt");
+    return st;
   }
 
   void round_trip(const Bytes& data, const std::string& type_flag) {
@@ -70,7 +48,6 @@ class Cli : public ::testing::Test {
     EXPECT_TRUE(back == data) << "size " << data.size() << " " << type_flag;
   }
 
-  std::string dir_;
   std::string stderr_;
 };
 

@@ -11,6 +11,8 @@
 #include <iterator>
 #include <string>
 
+#include "temp_dir.h"
+
 #ifndef ZIPCCL_BIN
 #error "ZIPCCL_BIN must name the zipccl binary"
 #endif
@@ -20,31 +22,22 @@
 
 namespace {
 
-class Doctor : public ::testing::Test {
+class Doctor : public zipccl_test::TempDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/zipccl_doctor_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { ASSERT_EQ(std::system(("rm -rf '" + dir_ + "'").c_str()), 0); }
-
   // Runs `zipccl doctor ARGS` in a clean environment (only `env`, plus the sanitizers' options);
   // returns the exit status, the output in out_.
   int doctor(const std::string& env, const std::string& args) {
     std::string keep;
     for (const char* v : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS"})
       if (const char* s = std::getenv(v)) keep += std::string(" ") + v + "='" + s + "'";
-    const std::string cmd = "cd '" + dir_ + "' && env -i PATH=/usr/bin:/bin HOME='" + dir_ + "'" + keep +
-                            " " + env + " '" ZIPCCL_BIN "' doctor " + args + " > out.txt 2>&1";
-    int st = std::system(cmd.c_str());
-    std::ifstream f(dir_ + "/out.txt");
-    out_.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    const int st = run_here("env -i PATH=/usr/bin:/bin HOME='" + dir_ + "'" + keep + " " + env + " '" ZIPCCL_BIN
+                            "' doctor " + args + " > out.txt 2>&1");
+    out_ = read_text("out.txt");
+    return st;
   }
   bool says(const std::string& s) const { return out_.find(s) != std::string::npos; }
 
-  std::string dir_, out_;
+  std::string out_;
 };
 
 const std::string kPlugin = std::string("--plugin '") + ZIPCCL_PLUGIN_PATH + "' --nccl-version 2.28";
@@ -148,19 +141,14 @@ TEST_F(Doctor, SettingsTableIsGeneratedAndChecked) {
   const std::string begin =
       "<!-- zipccl-settings:begin (generated: zipccl doctor --update-readme README.md) -->\n";
   const std::string end = "<!-- zipccl-settings:end -->\n";
-  {
-    std::ofstream f(dir_ + "/README.md");
-    f << "# intro\n" << begin << "| stale |\n" << end << "after\n";
-  }
+  write_text("README.md", "# intro\n" + begin + "| stale |\n" + end + "after\n");
   EXPECT_EQ(doctor("", "--check-readme README.md"), 1) << out_;
   EXPECT_TRUE(says("zipccl doctor --update-readme README.md")) << out_;
   ASSERT_EQ(doctor("", "--update-readme README.md"), 0) << out_;
   EXPECT_EQ(doctor("", "--check-readme README.md"), 0) << out_;
-  std::ifstream f(dir_ + "/README.md");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(text, "# intro\n" + begin + table + end + "after\n");
+  EXPECT_EQ(read_text("README.md"), "# intro\n" + begin + table + end + "after\n");
 
-  std::ofstream(dir_ + "/NOMARK.md") << "# nothing here\n";
+  write_text("NOMARK.md", "# nothing here\n");
   EXPECT_EQ(doctor("", "--check-readme NOMARK.md"), 1);
   EXPECT_TRUE(says("has no generated settings table")) << out_;
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "svg.h"
+#include "temp_dir.h"
 #include "zipccl/codec.h"
 
 namespace zipccl {
@@ -75,12 +76,6 @@ Bytes make_safetensors(const std::string& json, const Bytes& data) {
   f.insert(f.end(), json.begin(), json.end());
   f.insert(f.end(), data.begin(), data.end());
   return f;
-}
-
-void write_file(const std::string& path, const Bytes& b) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  ASSERT_TRUE(f.good());
 }
 
 // A small XML well-formedness check: one root <svg>, every tag closed in order, attributes quoted,
@@ -224,12 +219,10 @@ TEST(Inspect, TensorFiguresMatchTheirConstruction) {
   EXPECT_EQ(r.type, codec::detect_elem_type(b.data(), b.size()));
 }
 
-class InspectFile : public ::testing::Test {
+class InspectFile : public zipccl_test::TempDirTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/zipccl_inspect_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    TempDirTest::SetUp();
     // bf16 "w" (the two-exponent tensor), fp32 "z" (zeros), I32 "ids" (random bytes, no float type).
     const Bytes w = two_exponents_bf16(), z(1024, 0), ids = random_bytes(4096, 3);
     Bytes data = w;
@@ -240,21 +233,14 @@ class InspectFile : public ::testing::Test {
         "\"w\":{\"dtype\":\"BF16\",\"shape\":[64,64],\"data_offsets\":[0,8192]},"
         "\"z<&>\":{\"dtype\":\"F32\",\"shape\":[256],\"data_offsets\":[8192,9216]},"
         "\"ids\":{\"dtype\":\"I32\",\"shape\":[1024],\"data_offsets\":[9216,13312]}}";
-    write_file(path("m.safetensors"), make_safetensors(json, data));
+    write("m.safetensors", make_safetensors(json, data));
   }
-  void TearDown() override { ASSERT_EQ(std::system(("rm -rf '" + dir_ + "'").c_str()), 0); }
-  std::string path(const std::string& n) const { return dir_ + "/" + n; }
-
   // Runs the zipccl binary; returns its exit status, stdout and stderr in *out.
   int run(const std::string& args, std::string* out) {
-    const std::string cmd = "cd '" + dir_ + "' && '" ZIPCCL_BIN "' " + args + " > out.txt 2>&1";
-    int st = std::system(cmd.c_str());
-    std::ifstream f(path("out.txt"));
-    out->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    const int st = run_here("'" ZIPCCL_BIN "' " + args + " > out.txt 2>&1");
+    *out = read_text("out.txt");
+    return st;
   }
-
-  std::string dir_;
 };
 
 TEST_F(InspectFile, ReportAndTable) {
@@ -320,14 +306,13 @@ TEST_F(InspectFile, CommandLine) {
   EXPECT_NE(out.find("zipccl inspect m.safetensors"), std::string::npos) << out;
   EXPECT_NE(out.find("on the wire:"), std::string::npos) << out;
   EXPECT_NE(out.find("picture: pic.svg"), std::string::npos) << out;
-  std::ifstream f(path("pic.svg"));
-  std::string svg((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string svg = read_text("pic.svg");
   std::map<std::string, int> counts;
   std::string err;
   EXPECT_TRUE(well_formed(svg, &counts, &err)) << err;
 
   // A raw file with -t: one tensor named after the file.
-  write_file(path("g.bin"), two_exponents_bf16());
+  write("g.bin", two_exponents_bf16());
   ASSERT_EQ(run("inspect -t bf16 g.bin", &out), 0) << out;
   EXPECT_NE(out.find("g.bin"), std::string::npos);
   EXPECT_NE(out.find("0..1 @@"), std::string::npos) << out;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace zipccl {
 namespace tools {
 namespace {
@@ -216,29 +218,7 @@ TEST(Safetensors, RejectsMalformedFiles) {
   st_error(make_safetensors("{\"t\": \"\\u12\"}", data));
 }
 
-class TensorFiles : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/zipccl_tensor_file_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    for (const std::string& p : written_) std::remove(p.c_str());
-    rmdir(dir_.c_str());
-  }
-  std::string write(const std::string& name, const Bytes& b) {
-    std::string p = dir_ + "/" + name;
-    FILE* f = std::fopen(p.c_str(), "wb");
-    EXPECT_NE(f, nullptr);
-    if (!b.empty()) std::fwrite(b.data(), 1, b.size(), f);
-    std::fclose(f);
-    written_.push_back(p);
-    return p;
-  }
-  std::string dir_;
-  std::vector<std::string> written_;
-};
+using TensorFiles = zipccl_test::TempDirTest;
 
 TEST_F(TensorFiles, LoadsByExtension) {
   EXPECT_EQ(format_from_path("a/b.npy"), TensorFormat::kNpy);
