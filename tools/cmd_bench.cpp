@@ -25,6 +25,7 @@
 #include "commands.h"
 #include "datasets.h"
 #include "entropy.h"
+#include "gpu_tool.h"
 #include "tensor_file.h"
 #include "zipccl/codec.h"
 
@@ -58,6 +59,8 @@ struct Options {
   bool per_tensor = false;
   bool baselines = true;
   bool force_scalar = false;
+  bool gpu = false;   // the CUDA codec instead of the CPU's
+  int gpu_sms = 16;   // the bounded-grid column of --gpu
   std::vector<std::string> sets;
   int name_width = 20;  // of the table's first column, from the longest input name
 };
@@ -572,7 +575,10 @@ void usage(FILE* f) {
       "  --threads N     thread count of the multi-threaded columns (default: hardware threads)\n"
       "  --reps N        repetitions; the best time counts (default 3)\n"
       "  --bound-block N elements per block of the per-block entropy bound (default 4096)\n"
-      "  --no-baselines  skip zstd / lz4;  --scalar: the codec's scalar path;  --json: JSON on stdout\n");
+      "  --no-baselines  skip zstd / lz4;  --scalar: the codec's scalar path;  --json: JSON on stdout\n"
+      "  --gpu [--gpu-sms N]  the CUDA codec on GPU 0, data resident on the device, CUDA events, launch\n"
+      "                  included; whole GPU and a grid bounded to N SMs (default 16); frames checked\n"
+      "                  against the CPU codec's (exit 3 without a GPU)\n");
 }
 
 bool parse_size(const std::string& s, size_t* out) {
@@ -660,12 +666,20 @@ int parse_args(int argc, char** argv, Options* o) {
       o->baselines = false;
     } else if (a == "--scalar") {
       o->force_scalar = true;
+    } else if (a == "--gpu") {
+      o->gpu = true;
+    } else if (key == "--gpu-sms") {
+      if (!value(&v) || !parse_count(v, 1, 4096, &o->gpu_sms)) return bad("needs a number of SMs");
     } else if (a.size() > 1 && a[0] == '-') {
       std::fprintf(stderr, "zipccl bench: unknown option '%s' (see --help)\n", a.c_str());
       return 2;
     } else {
       o->files.push_back(a);
     }
+  }
+  if (o->gpu && (o->json || o->force_scalar || o->per_tensor)) {
+    std::fprintf(stderr, "zipccl bench: --gpu does not go with --json, --scalar or --per-tensor\n");
+    return 2;
   }
   if (!o->files.empty() && !o->sets.empty()) {
     std::fprintf(stderr, "zipccl bench: --sets selects built-in sets; it does not go with files\n");
@@ -680,6 +694,30 @@ int parse_args(int argc, char** argv, Options* o) {
     }
   }
   return -1;
+}
+
+// ---- --gpu: the CUDA codec ----
+
+void print_gpu_header(const Options& o, const GpuCodec& gpu, size_t count) {
+  std::printf("zipccl bench --gpu: %zu input%s; %s; best of %d; GB/s of uncompressed bytes, launch included\n",
+              count, count == 1 ? "" : "s", gpu.device().c_str(), o.reps);
+  const std::string sms = std::to_string(o.gpu_sms) + " SMs";
+  std::printf("%-*s %-5s %8s %9s %9s %9s %9s %9s\n", o.name_width, "input", "type", "MiB", "ratio", "enc GB/s",
+              "dec GB/s", ("enc " + sms).c_str(), ("dec " + sms).c_str());
+}
+
+// One row: the whole GPU, then the bounded grid. Throws BenchError on a mismatch.
+void gpu_row(const Input& in, const Options& o, GpuCodec* gpu) {
+  GpuCodec::Timing full, bounded;
+  std::string err;
+  if (!gpu->time(in.data, in.size, in.type, 0, o.reps, &full, &err) ||
+      !gpu->time(in.data, in.size, in.type, o.gpu_sms, o.reps, &bounded, &err))
+    throw BenchError(in.name + ": " + err);
+  std::printf("%-*s %-5s %8.2f %9s %9.1f %9.1f %9.1f %9.1f\n", o.name_width, in.name.c_str(),
+              codec::elem_type_name(in.type), static_cast<double>(in.size) / kMiB,
+              fmt_ratio(ratio(in.size, full.frame_bytes)).c_str(), gbps(in.size, full.encode_s),
+              gbps(in.size, full.decode_s), gbps(in.size, bounded.encode_s), gbps(in.size, bounded.decode_s));
+  std::fflush(stdout);
 }
 
 // Owned bytes of an input when they are not a view of a file (generated sets, concatenations).
@@ -765,6 +803,14 @@ int cmd_bench(int argc, char** argv) {
   const int all_threads =
       o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
+  GpuCodec gpu;
+  if (o.gpu) {
+    std::string why;
+    if (!gpu.open(&why)) {
+      std::fprintf(stderr, "zipccl bench --gpu: needs a GPU: %s; nothing was measured\n", why.c_str());
+      return kExitNoGpu;
+    }
+  }
   try {
     std::vector<Result> results;
     if (o.files.empty()) {
@@ -775,11 +821,18 @@ int cmd_bench(int argc, char** argv) {
       }
       for (const DatasetInfo& d : sets)
         o.name_width = std::max(o.name_width, static_cast<int>(std::strlen(d.name)));
-      if (!o.json) print_header(o, all_threads, sets.size());
+      if (o.gpu)
+        print_gpu_header(o, gpu, sets.size());
+      else if (!o.json)
+        print_header(o, all_threads, sets.size());
       for (const DatasetInfo& d : sets) {
         std::vector<uint8_t> bytes;  // generated one at a time: 12 sets of 64 MiB need not sit in memory
         make_dataset(d.name, o.size, &bytes);
         Input in{d.name, d.what, o.type_given ? o.type : d.type, bytes.data(), bytes.size()};
+        if (o.gpu) {
+          gpu_row(in, o, &gpu);
+          continue;
+        }
         results.push_back(run_one(in, o, all_threads));
         results.back().in.data = nullptr;
         if (!o.json) print_row(o, results.back());
@@ -799,13 +852,22 @@ int cmd_bench(int argc, char** argv) {
         files.push_back(std::move(tf));
       }
       for (const Input& in : inputs) o.name_width = std::max(o.name_width, static_cast<int>(in.name.size()));
-      if (!o.json) print_header(o, all_threads, inputs.size());
+      if (o.gpu)
+        print_gpu_header(o, gpu, inputs.size());
+      else if (!o.json)
+        print_header(o, all_threads, inputs.size());
       for (const Input& in : inputs) {
+        if (o.gpu) {
+          gpu_row(in, o, &gpu);
+          continue;
+        }
         results.push_back(run_one(in, o, all_threads));
         if (!o.json) print_row(o, results.back());
       }
     }
-    if (o.json) {
+    if (o.gpu) {
+      // rows printed as measured
+    } else if (o.json) {
       print_json(o, all_threads, results);
     } else {
       print_block_note(results);

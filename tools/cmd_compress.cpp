@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "gpu_tool.h"
 #include "zipccl/codec.h"
 
 namespace zipccl {
@@ -33,6 +34,7 @@ struct Options {
   int threads = 1;
   int block_log2 = 0;
   bool verbose = false;
+  bool gpu = false;  // the CUDA codec (same frames)
   std::string in, out;
 };
 
@@ -78,20 +80,24 @@ int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o
     } else if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
       if (compress) {
         std::printf(
-            "usage: zipccl compress [-t auto|bf16|fp16|fp32] [--threads N] [--block-log2 N] [-v] IN OUT\n"
+            "usage: zipccl compress [-t auto|bf16|fp16|fp32] [--threads N | --gpu] [--block-log2 N] [-v] IN OUT\n"
             "  Compresses IN into a stream of zipccl frames (64 MiB of input each). '-' is stdin/stdout.\n"
             "  -t, --type     element type of IN (default auto: detected per frame)\n"
             "  --threads N    encoder threads per frame (default 1)\n"
-            "  --block-log2 N log2 elements per block, 10..16 (default: the codec's for the type)\n"
+            "  --block-log2 N log2 elements per block, 10..16 (default: the codec's for the type; GPU: 10..14)\n"
+            "  --gpu          encode on GPU 0 with the CUDA codec (the same frames; exit 3 without a GPU)\n"
             "  -v, --verbose  print sizes and ratio to stderr\n");
       } else {
         std::printf(
-            "usage: zipccl decompress [--threads N] [-v] IN OUT\n"
-            "  Restores a file written by `zipccl compress`. '-' is stdin/stdout.\n");
+            "usage: zipccl decompress [--threads N | --gpu] [-v] IN OUT\n"
+            "  Restores a file written by `zipccl compress`. '-' is stdin/stdout.\n"
+            "  --gpu          decode on GPU 0 with the CUDA codec (exit 3 without a GPU)\n");
       }
       return kExitOk;
     } else if (!std::strcmp(a, "-v") || !std::strcmp(a, "--verbose")) {
       o->verbose = true;
+    } else if (!std::strcmp(a, "--gpu")) {
+      o->gpu = true;
     } else if (option_value(argc, argv, &i, nullptr, "--threads", &v, &bad)) {
       if (bad || !parse_int(v, 1, 1024, &o->threads)) {
         std::fprintf(stderr, "zipccl %s: --threads needs a number from 1 to 1024\n", cmd);
@@ -114,6 +120,10 @@ int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o
   }
   if (pos.size() != 2) {
     std::fprintf(stderr, "usage: zipccl %s [options] IN OUT   (see --help)\n", cmd);
+    return kExitUsage;
+  }
+  if (o->gpu && o->threads != 1) {
+    std::fprintf(stderr, "zipccl %s: --threads is for the CPU codec; it does not go with --gpu\n", cmd);
     return kExitUsage;
   }
   o->in = pos[0];
@@ -198,6 +208,18 @@ class Files {
   bool committed_ = false;
 };
 
+// With --gpu: opens the GPU before any output file exists. Returns -1 to go on, else the exit status.
+int open_gpu(const char* cmd, const Options& o, GpuCodec* gpu) {
+  if (!o.gpu) return -1;
+  std::string why;
+  if (gpu->open(&why)) {
+    if (o.verbose) std::fprintf(stderr, "zipccl %s: GPU %s\n", cmd, gpu->device().c_str());
+    return -1;
+  }
+  std::fprintf(stderr, "zipccl %s --gpu: needs a GPU: %s; nothing was written\n", cmd, why.c_str());
+  return kExitNoGpu;
+}
+
 void report(const Options& o, uint64_t in_bytes, uint64_t out_bytes, uint64_t frames, bool compress) {
   if (!o.verbose) return;
   const uint64_t raw = compress ? in_bytes : out_bytes;
@@ -213,6 +235,8 @@ void report(const Options& o, uint64_t in_bytes, uint64_t out_bytes, uint64_t fr
 int cmd_compress(int argc, char** argv) {
   Options o;
   if (int rc = parse_args("compress", true, argc, argv, &o); rc >= 0) return rc;
+  GpuCodec gpu;
+  if (int rc = open_gpu("compress", o, &gpu); rc >= 0) return rc;
   Files files("compress");
   if (!files.open(o.in, o.out)) return kExitFailure;
 
@@ -229,6 +253,7 @@ int cmd_compress(int argc, char** argv) {
   opt.threads = o.threads;
   opt.block_log2 = o.block_log2;
   uint64_t total_in = 0, total_out = 0, frames = 0;
+  std::vector<uint8_t> gpu_frame;
   for (;;) {
     size_t n = 0;
     if (!files.read(in.get(), in_cap, &n)) return kExitFailure;
@@ -245,13 +270,24 @@ int cmd_compress(int argc, char** argv) {
     }
     if (n == 0 && frames > 0) break;
     size_t encoded = 0;
-    codec::Status st = codec::encode(in.get(), n, out.get(), out_cap, &encoded, opt);
-    if (st != codec::Status::kOk) {
-      files.error(files.in_name(),
-                  "encoding frame " + std::to_string(frames) + " failed: " + codec::status_string(st));
-      return kExitFailure;
+    const uint8_t* frame = out.get();
+    if (o.gpu) {
+      std::string err;
+      if (!gpu.encode(in.get(), n, o.type, o.block_log2, &gpu_frame, &err)) {
+        files.error(files.in_name(), "encoding frame " + std::to_string(frames) + " on the GPU failed: " + err);
+        return kExitFailure;
+      }
+      frame = gpu_frame.data();
+      encoded = gpu_frame.size();
+    } else {
+      codec::Status st = codec::encode(in.get(), n, out.get(), out_cap, &encoded, opt);
+      if (st != codec::Status::kOk) {
+        files.error(files.in_name(),
+                    "encoding frame " + std::to_string(frames) + " failed: " + codec::status_string(st));
+        return kExitFailure;
+      }
     }
-    if (!files.write(out.get(), encoded)) return kExitFailure;
+    if (!files.write(frame, encoded)) return kExitFailure;
     total_in += n;
     total_out += encoded;
     ++frames;
@@ -265,6 +301,8 @@ int cmd_compress(int argc, char** argv) {
 int cmd_decompress(int argc, char** argv) {
   Options o;
   if (int rc = parse_args("decompress", false, argc, argv, &o); rc >= 0) return rc;
+  GpuCodec gpu;
+  if (int rc = open_gpu("decompress", o, &gpu); rc >= 0) return rc;
   Files files("decompress");
   if (!files.open(o.in, o.out)) return kExitFailure;
 
@@ -324,8 +362,14 @@ int cmd_decompress(int argc, char** argv) {
       if (!out) return frame_error("cannot allocate " + std::to_string(info.original_size) + " bytes");
     }
     size_t decoded = 0;
-    st = codec::decode(buf.data(), info.frame_size, out.get(), out_cap, &decoded, dopt);
-    if (st != codec::Status::kOk) return frame_error(codec::status_string(st));
+    if (o.gpu) {
+      std::string err;
+      if (!gpu.decode(buf.data(), static_cast<size_t>(info.frame_size), out.get(), out_cap, &decoded, &err))
+        return frame_error("GPU decode: " + err);
+    } else {
+      st = codec::decode(buf.data(), info.frame_size, out.get(), out_cap, &decoded, dopt);
+      if (st != codec::Status::kOk) return frame_error(codec::status_string(st));
+    }
     if (decoded != info.original_size) return frame_error("decoded size disagrees with the header");
     if (!files.write(out.get(), decoded)) return kExitFailure;
 

@@ -191,4 +191,36 @@ TEST_F(Cli, RefusesToOverwriteItsInput) {
   EXPECT_TRUE(read("x.bin") == data);
 }
 
+// --gpu runs the CUDA codec. Where it can run (a GPU machine), its files must equal the CPU codec's
+// and each side must restore the other's; elsewhere it must say why, exit 3 and write nothing.
+TEST_F(Cli, GpuFlagMatchesTheCpuOrSaysWhyNot) {
+  const Bytes data = gaussian_bf16((size_t{3} << 20) + 5, 11);
+  write("in.bin", data);
+  ASSERT_EQ(zipccl("compress -t bf16 in.bin cpu.zc"), 0) << stderr_;
+  const int rc = zipccl("compress --gpu -t bf16 in.bin gpu.zc");
+  if (rc == 3) {
+    EXPECT_NE(stderr_.find("needs a GPU: "), std::string::npos) << stderr_;
+    EXPECT_NE(stderr_.find("nothing was written"), std::string::npos) << stderr_;
+    EXPECT_FALSE(exists("gpu.zc"));
+    EXPECT_EQ(zipccl("decompress --gpu cpu.zc out.bin"), 3);
+    EXPECT_FALSE(exists("out.bin"));
+    EXPECT_EQ(zipccl("bench --gpu --quick --sets gauss-bf16-s1e-3"), 3);
+    EXPECT_NE(stderr_.find("nothing was measured"), std::string::npos) << stderr_;
+    return;
+  }
+  ASSERT_EQ(rc, 0) << stderr_;
+  EXPECT_TRUE(read("gpu.zc") == read("cpu.zc"));
+  ASSERT_EQ(zipccl("decompress --gpu cpu.zc a.bin"), 0) << stderr_;
+  ASSERT_EQ(zipccl("decompress gpu.zc b.bin"), 0) << stderr_;
+  EXPECT_TRUE(read("a.bin") == data);
+  EXPECT_TRUE(read("b.bin") == data);
+}
+
+TEST_F(Cli, GpuFlagRejectsThreads) {
+  write("in.bin", random_bytes(100, 2));
+  EXPECT_EQ(zipccl("compress --gpu --threads 2 in.bin out.zc"), 2);
+  EXPECT_NE(stderr_.find("does not go with --gpu"), std::string::npos) << stderr_;
+  EXPECT_EQ(zipccl("bench --gpu --json"), 2);
+}
+
 }  // namespace
