@@ -1,6 +1,8 @@
 // The compressing layer: NCCL-facing send and receive comms over any transport connection. Each
 // message travels as a frame header (frame.h) plus either the message (raw) or one codec frame.
-// Encoding and decoding run on the worker pool; the proxy thread only polls.
+// Host buffers are encoded and decoded on the worker pool; device buffers (NCCL_PTR_CUDA) on the GPU
+// through gpu_path.h (send: encode into device staging, copy the frame to pinned staging, post;
+// receive: pinned staging, copy to the device, decode into NCCL's buffer). The proxy thread only polls.
 #pragma once
 
 #include <chrono>
@@ -13,6 +15,7 @@
 
 #include "../nccl/net_common.h"
 #include "frame.h"
+#include "gpu_path.h"
 #include "policy.h"
 #include "stats.h"
 #include "transport.h"
@@ -71,17 +74,27 @@ class SendComm {
  public:
   SendComm(SendConn* conn, const DeviceInfo& dev);
   ~SendComm();  // waits for its codec jobs, reports statistics
-  ncclResult_t isend(void* data, size_t size, int tag, void** request);
+  // device: `data` is device memory (the mhandle's type is NCCL_PTR_CUDA).
+  ncclResult_t isend(void* data, size_t size, int tag, bool device, void** request);
+  ncclResult_t isend(void* data, size_t size, int tag, void** request) {  // host memory
+    return isend(data, size, tag, false, request);
+  }
   ncclResult_t test(void* request, int* done, size_t* size);
   SendConn* conn() const { return conn_.get(); }
 
   CommHeader header{kSendCommMagic};
 
  private:
-  enum class State { kFree, kEncoding, kReady, kPosted };
+  // Device messages: kGpuEncoding (encode enqueued, its size polled in pinned memory) -> kGpuCopying
+  // (D2H of the frame or of the raw message enqueued, event polled) -> kReady. Host messages:
+  // kEncoding (worker pool) -> kReady. Then kPosted, strictly in isend order.
+  enum class State { kFree, kEncoding, kGpuEncoding, kGpuCopying, kReady, kPosted };
   struct Req {
     RequestHeader h;
     State state = State::kFree;
+    bool device = false;
+    const void* staged = nullptr;  // device messages: the pinned copy that is posted
+    std::chrono::steady_clock::time_point gpu_t0;
     const char* data = nullptr;
     size_t size = 0;
     int tag = 0;
@@ -95,8 +108,13 @@ class SendComm {
   void finish_encode(Req* r);
   void start_sample(Req* r, codec::ElemType type);
   void finish_sample();
+  ncclResult_t start_device(Req* r, bool compress, codec::ElemType type);
+  ncclResult_t copy_to_host(Req* r, const void* src, size_t n);
+  ncclResult_t progress_device();
 
   std::unique_ptr<SendConn> conn_;
+  std::unique_ptr<gpu::Channel> gpu_;  // created at the first device message
+  uint64_t gpu_messages_ = 0, gpu_encoded_ = 0;
   std::vector<Req> reqs_;
   std::vector<int> free_;
   std::deque<int> unposted_;
@@ -119,17 +137,26 @@ class RecvComm {
  public:
   RecvComm(RecvConn* conn, const DeviceInfo& dev);
   ~RecvComm();
-  ncclResult_t irecv(void* data, size_t size, int tag, void** request);
+  // device: `data` is device memory; marked: NCCL marked the receive as LL/LL128 (gpu_path.h).
+  ncclResult_t irecv(void* data, size_t size, int tag, bool device, bool marked, void** request);
+  ncclResult_t irecv(void* data, size_t size, int tag, void** request) {  // host memory
+    return irecv(data, size, tag, false, false, request);
+  }
   ncclResult_t test(void* request, int* done, size_t* size);
   RecvConn* conn() const { return conn_.get(); }
 
   CommHeader header{kRecvCommMagic};
 
  private:
-  enum class State { kFree, kWaitHeader, kReceiving, kDecoding };
+  // Device receives: kWaitHeader -> kReceiving (into pinned staging) -> kGpuLanding (H2D, decode,
+  // flag-last landing enqueued; event polled) -> done. Host: kReceiving -> kDecoding (pool) -> done.
+  enum class State { kFree, kWaitHeader, kReceiving, kDecoding, kGpuLanding };
   struct Req {
     RequestHeader h;
     State state = State::kFree;
+    bool device = false;
+    bool landing = false;  // land flag-last (gpu::needs_ordered_landing)
+    void* host_stage = nullptr;
     char* data = nullptr;
     size_t capacity = 0;
     FrameMeta meta{};
@@ -141,8 +168,12 @@ class RecvComm {
   ncclResult_t progress();
   ncclResult_t fail(Req* r);
   void start_decode(Req* r, const void* src);
+  ncclResult_t start_device_landing(Req* r, const void* src);
+  ncclResult_t finish_device_landing(Req* r, bool* done);
 
   std::unique_ptr<RecvConn> conn_;
+  std::unique_ptr<gpu::Channel> gpu_;
+  uint64_t gpu_messages_ = 0, gpu_decoded_ = 0;
   std::vector<Req> reqs_;
   std::vector<int> free_;
   std::deque<int> unmatched_;

@@ -11,6 +11,7 @@
 #include "../nccl/net_v9.h"
 #include "log.h"
 #include "net.h"
+#include "net_mr.h"
 
 namespace zipccl {
 namespace net {
@@ -103,8 +104,9 @@ ncclResult_t a_reg_mr_int(void* comm, void* data, int size, int type, void** mh)
 ncclResult_t a_reg_mr(void* comm, void* data, size_t size, int type, void** mh) {
   return guard("regMr", [&] { return net_reg_mr(comm, data, size, type, mh); });
 }
-ncclResult_t a_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t, int, void** mh) {
-  return guard("regMrDmaBuf", [&] { return net_reg_mr(comm, data, size, type, mh); });
+// NCCL passes the dma-buf fd it exported for device memory (and data's offset in it); -1: none.
+ncclResult_t a_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mh) {
+  return guard("regMrDmaBuf", [&] { return net_reg_mr_dmabuf(comm, data, size, type, offset, fd, mh); });
 }
 ncclResult_t a_dereg_mr(void* comm, void* mh) {
   return guard("deregMr", [&] { return net_dereg_mr(comm, mh); });

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "comm.h"
+#include "gpu_path.h"
 #include "log.h"
+#include "net_mr.h"
 #include "settings.h"
 #include "transport.h"
 
@@ -46,6 +48,12 @@ BufferRegistry* registry_of(void* comm) {
   if (SendComm* s = as<SendComm>(comm, kSendCommMagic)) return dynamic_cast<BufferRegistry*>(s->conn());
   if (RecvComm* r = as<RecvComm>(comm, kRecvCommMagic)) return dynamic_cast<BufferRegistry*>(r->conn());
   return nullptr;
+}
+
+// The mhandle records the memory type NCCL registered (regMr); a NULL one means host memory.
+bool is_device(void* mhandle) {
+  auto* h = static_cast<MemHandle*>(mhandle);
+  return h && h->type == NCCL_PTR_CUDA;
 }
 
 ncclResult_t ready() {
@@ -132,7 +140,9 @@ ncclResult_t net_properties(int dev, Properties* p) {
   p->name = d.name.c_str();
   p->pci_path = d.pci_path.empty() ? nullptr : d.pci_path.c_str();
   p->guid = d.guid;
-  p->ptr_support = NCCL_PTR_HOST;  // NCCL stages GPU data in host memory for us
+  // Device buffers only where the GPU path is usable (a CUDA device here, or the tests' emulation);
+  // otherwise NCCL stages GPU data in host memory for us.
+  p->ptr_support = NCCL_PTR_HOST | (gpu::device_ops() ? NCCL_PTR_CUDA : 0);
   p->speed = d.speed_mbps;
   p->port = 0;
   p->latency = 0;
@@ -179,18 +189,45 @@ ncclResult_t net_accept(void* listen_comm, void** recv_comm) {
 }
 
 ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  return net_reg_mr_dmabuf(comm, data, size, type, 0, -1, mhandle);
+}
+
+// regMr / regMrDmaBuf of host or CUDA memory. A transport that registers memory with its NIC
+// (BufferRegistry: RDMA) registers it now (page-aligned ranges shared and counted, so registering the
+// same buffer again is cheap); the socket transport only records the type.
+ncclResult_t net_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                               void** mhandle) {
   *mhandle = nullptr;
   if (!as<CommHeader>(comm, kSendCommMagic) && !as<CommHeader>(comm, kRecvCommMagic)) {
     ZIPCCL_WARN("regMr on something that is not a send or receive comm");
     return ncclInternalError;
   }
-  if (type != NCCL_PTR_HOST) {
-    ZIPCCL_WARN("regMr of memory type %d: zipccl only handles host memory (NCCL_PTR_HOST)", type);
+  if (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA && type != NCCL_PTR_DMABUF) {
+    ZIPCCL_WARN("regMr of memory type %d: zipccl handles host (NCCL_PTR_HOST) and CUDA (NCCL_PTR_CUDA) memory",
+                type);
+    return ncclInternalError;
+  }
+  const bool device = type != NCCL_PTR_HOST;
+  if (device && !gpu::device_ops()) {  // getProperties said NCCL_PTR_HOST only
+    ZIPCCL_WARN("regMr of CUDA memory, but there is no GPU path here (ptrSupport is NCCL_PTR_HOST)");
     return ncclInternalError;
   }
   BufferRegistry* reg = registry_of(comm);
-  if (reg) ZIPCCL_CHECK(reg->pin(data, size));
-  *mhandle = new MemHandle{data, size, type, reg != nullptr};
+  if (reg) {
+    MemDesc m;
+    m.data = data;
+    m.size = size;
+    m.device = device;
+    m.dmabuf_fd = device ? fd : -1;  // NCCL exports dma-bufs of device memory only
+    m.dmabuf_offset = offset;
+    ncclResult_t r = reg->pin(m);
+    if (r != ncclSuccess) {
+      ZIPCCL_WARN("regMr of %zu bytes of %s memory at %p failed (see above)", size, device ? "CUDA" : "host",
+                  data);
+      return ncclSystemError;
+    }
+  }
+  *mhandle = new MemHandle{data, size, device ? NCCL_PTR_CUDA : NCCL_PTR_HOST, reg != nullptr};
   return ncclSuccess;
 }
 
@@ -203,18 +240,20 @@ ncclResult_t net_dereg_mr(void* comm, void* mhandle) {
   return ncclSuccess;
 }
 
-ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* /*mhandle*/, void** request) {
+ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request) {
   *request = nullptr;
   SendComm* c = as<SendComm>(send_comm, kSendCommMagic);
   if (!c) {
     ZIPCCL_WARN("isend on something that is not a send comm");
     return ncclInternalError;
   }
-  return c->isend(data, size, tag, request);
+  return c->isend(data, size, tag, is_device(mhandle), request);
 }
 
 ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
-                       void** /*mhandles*/, void** request) {
+                       void** mhandles, void** request) {
+  // NCCL (v9+) marks LL/LL128 receives through the request pointer's initial value (gpu_path.h).
+  const bool marked = gpu::marks_flag_protocol(request);
   *request = nullptr;
   RecvComm* c = as<RecvComm>(recv_comm, kRecvCommMagic);
   if (!c) {
@@ -225,16 +264,43 @@ ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes,
     ZIPCCL_WARN("irecv with %d grouped receives; zipccl advertises maxRecvs=1", n);
     return ncclInternalError;
   }
-  return c->irecv(data[0], sizes[0], tags ? tags[0] : 0, request);
+  return c->irecv(data[0], sizes[0], tags ? tags[0] : 0, is_device(mhandles ? mhandles[0] : nullptr), marked,
+                  request);
 }
 
-ncclResult_t net_iflush(void*, int, void**, int*, void**, void** request) {
-  *request = nullptr;  // host memory only: nothing to flush
+// After a receive into device memory the NIC wrote (RDMA, GPUDirect), NCCL asks for a flush so the
+// GPU sees the data: a one-byte RDMA read of the last non-empty device buffer through a loopback
+// queue pair (the read completes only after the earlier writes, as in NCCL's IB transport). Nothing
+// to do (null request) for host memory and for transports without a DeviceFlusher (sockets: the GPU
+// path copies into device memory itself).
+ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  *request = nullptr;
+  RecvComm* c = as<RecvComm>(recv_comm, kRecvCommMagic);
+  if (!c) {
+    ZIPCCL_WARN("iflush on something that is not a receive comm");
+    return ncclInternalError;
+  }
+  int last = -1;
+  for (int i = 0; i < n && data && sizes && mhandles; ++i) {
+    auto* h = static_cast<MemHandle*>(mhandles[i]);
+    if (sizes[i] > 0 && h && h->type == NCCL_PTR_CUDA) last = i;
+  }
+  if (last < 0) return ncclSuccess;
+  DeviceFlusher* f = dynamic_cast<DeviceFlusher*>(c->conn());
+  if (!f) return ncclSuccess;
+  int op = kNoOp;
+  ZIPCCL_CHECK(f->flush(data[last], static_cast<size_t>(sizes[last]), &op));
+  if (op == kNoOp) return ncclSuccess;
+  auto* r = new FlushRequest;
+  r->flusher = f;
+  r->op = op;
+  *request = r;
   return ncclSuccess;
 }
 
 ncclResult_t net_test(void* request, int* done, size_t* size) {
   *done = 0;
+  if (is_flush_request(request)) return test_flush_request(request, done, size);  // from net_iflush
   auto* h = static_cast<RequestHeader*>(request);
   if (!h || h->magic != kRequestMagic) {
     ZIPCCL_WARN("test on something that is not a live request");

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "../nccl/net_common.h"
+#include "transport.h"
 
 namespace zipccl {
 namespace net {
@@ -43,8 +44,12 @@ class Fabric {
  public:
   virtual ~Fabric() = default;
   virtual int qp_count() const = 0;
-  // Registers [addr, addr+len) for local use and remote write/read by the peer.
+  // Registers [addr, addr+len) of host memory for local use and remote write/read by the peer.
   virtual ncclResult_t reg(void* addr, size_t len, MemRegion* mr) = 0;
+  // Registers a buffer NCCL handed to regMr: host memory as reg(); device memory (CUDA, with or
+  // without a dma-buf fd) the way the fabric can (verbs: dma-buf, else the peer-memory path).
+  // Default: reg() (fabrics whose "device memory" is host memory, such as the loopback).
+  virtual ncclResult_t reg_mem(const MemDesc& mem, MemRegion* mr) { return reg(mem.data, mem.size, mr); }
   virtual void dereg(MemRegion* mr) = 0;
   // RDMA write of [src, src+len) (lkey) to the peer's raddr (rkey). with_imm: the peer consumes one
   // posted receive on the same QP index and gets `imm`. signaled: a local completion with wr_id.
@@ -53,6 +58,14 @@ class Fabric {
   // RDMA read of len bytes from the peer's raddr into dst (signaled).
   virtual ncclResult_t read(int qp, uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t raddr,
                             uint32_t rkey) = 0;
+  // NCCL's GPU flush: an RDMA read of len bytes of this side's own registered memory at addr (rkey)
+  // into dst (lkey, host memory), through a queue pair connected to itself, so the NIC's earlier
+  // writes into that (device) memory are visible before the GPU reads it. Signaled; completes through
+  // poll() with wr_id (qp == -1).
+  // At most kMaxFlushReads in flight.
+  virtual ncclResult_t flush_read(uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t addr,
+                                  uint32_t rkey) = 0;
+  static constexpr int kMaxFlushReads = 64;
   // Posts one zero-length receive (for an immediate) on qp.
   virtual ncclResult_t post_recv(int qp, uint64_t wr_id) = 0;
   // Up to `max` completions, never blocking.

@@ -33,7 +33,7 @@ struct LoopbackOp {
 
 struct LoopbackEnd {
   std::map<uint32_t, std::pair<uintptr_t, size_t>> regions;  // key -> [start, len)
-  std::vector<std::deque<LoopbackOp>> sq;                    // per QP, posted and not executed
+  std::vector<std::deque<LoopbackOp>> sq;                    // per QP (+ the loopback QP last), posted
   std::vector<std::deque<uint64_t>> rq;                      // per QP, posted receives
   std::vector<char> qp_error;
   std::deque<Completion> cq;
@@ -41,6 +41,8 @@ struct LoopbackEnd {
   const char* fail_status = nullptr;
   bool gone = false;
   uint64_t bytes_written = 0;
+  uint64_t flush_reads = 0;  // posted on the loopback QP
+  std::vector<MemDesc> reg_mems;  // what reg_mem() was asked to register
 };
 
 struct LoopbackLink {
@@ -52,9 +54,9 @@ struct LoopbackLink {
 
   LoopbackLink(int n, uint32_t seed) : qps(n), rng(seed), shuffle(seed != 0) {
     for (LoopbackEnd& e : end) {
-      e.sq.resize(n);
+      e.sq.resize(n + 1);  // sq[n]: the queue pair connected to itself (flush reads)
       e.rq.resize(n);
-      e.qp_error.assign(n, 0);
+      e.qp_error.assign(n + 1, 0);
     }
   }
 
@@ -70,7 +72,7 @@ struct LoopbackLink {
       c.wr_id = op.wr_id;
       c.ok = ok;
       c.status = ok ? "success" : status;
-      c.qp = qp;
+      c.qp = qp == qps ? -1 : qp;
       end[side].cq.push_back(c);
     }
   }
@@ -78,7 +80,7 @@ struct LoopbackLink {
   // Executes the oldest operation of `side`'s QP `qp`.
   void execute(int side, int qp) {
     LoopbackEnd& me = end[side];
-    LoopbackEnd& peer = end[1 - side];
+    LoopbackEnd& peer = qp == qps ? end[side] : end[1 - side];  // the loopback QP reads its own end
     LoopbackOp op = me.sq[qp].front();
     me.sq[qp].pop_front();
     const char* err = nullptr;
@@ -86,7 +88,7 @@ struct LoopbackLink {
       err = "Work Request Flushed Error";
     } else if (me.fail_countdown == 0) {
       err = me.fail_status;
-    } else if (peer.gone || me.gone) {
+    } else if (peer.gone || me.gone || (qp < qps && end[1 - side].gone)) {
       err = "transport retry counter exceeded";
     } else if (!covers(me, op.lkey, reinterpret_cast<uintptr_t>(op.local), op.len)) {
       err = "local protection error";
@@ -127,7 +129,7 @@ struct LoopbackLink {
   void step() {
     std::vector<std::pair<int, int>> heads;
     for (int s = 0; s < 2; ++s) {
-      for (int q = 0; q < qps; ++q) {
+      for (int q = 0; q <= qps; ++q) {
         if (!end[s].sq[q].empty()) heads.emplace_back(s, q);
       }
     }
@@ -164,6 +166,19 @@ ncclResult_t LoopbackFabric::reg(void* addr, size_t len, MemRegion* mr) {
   return ncclSuccess;
 }
 
+ncclResult_t LoopbackFabric::reg_mem(const MemDesc& mem, MemRegion* mr) {
+  {
+    std::lock_guard<std::mutex> lock(link_->mu);
+    link_->end[side_].reg_mems.push_back(mem);
+  }
+  return reg(mem.data, mem.size, mr);  // "device" memory is host memory here
+}
+
+std::vector<MemDesc> LoopbackFabric::reg_mems() const {
+  std::lock_guard<std::mutex> lock(link_->mu);
+  return link_->end[side_].reg_mems;
+}
+
 void LoopbackFabric::dereg(MemRegion* mr) {
   std::lock_guard<std::mutex> lock(link_->mu);
   link_->end[side_].regions.erase(mr->lkey);
@@ -188,6 +203,20 @@ ncclResult_t LoopbackFabric::read(int qp, uint64_t wr_id, void* dst, uint32_t lk
   link_->end[side_].sq[qp].push_back(
       LoopbackOp{true, wr_id, static_cast<char*>(dst), lkey, len, raddr, rkey, false, 0, true});
   return ncclSuccess;
+}
+
+ncclResult_t LoopbackFabric::flush_read(uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t addr,
+                                        uint32_t rkey) {
+  std::lock_guard<std::mutex> lock(link_->mu);
+  LoopbackEnd& me = link_->end[side_];
+  me.sq[link_->qps].push_back(LoopbackOp{true, wr_id, static_cast<char*>(dst), lkey, len, addr, rkey, false, 0, true});
+  ++me.flush_reads;
+  return ncclSuccess;
+}
+
+uint64_t LoopbackFabric::flush_reads() const {
+  std::lock_guard<std::mutex> lock(link_->mu);
+  return link_->end[side_].flush_reads;
 }
 
 ncclResult_t LoopbackFabric::post_recv(int qp, uint64_t wr_id) {
@@ -283,8 +312,9 @@ class LoopbackConnectable final : public ConnectableFabric {
     LoopbackConnectable* peer = it->second;
     if (peer->f_.link_ == f_.link_) return ncclSuccess;
     std::shared_ptr<LoopbackLink> target = peer->f_.link_;
-    std::scoped_lock both(target->mu, f_.link_->mu);
-    target->end[1] = std::move(f_.link_->end[f_.side_]);
+    std::shared_ptr<LoopbackLink> old = f_.link_;  // outlives the lock below (its mutex is in it)
+    std::scoped_lock both(target->mu, old->mu);
+    target->end[1] = std::move(old->end[f_.side_]);
     f_.link_ = target;
     f_.side_ = 1;
     return ncclSuccess;
@@ -299,6 +329,11 @@ class LoopbackConnectable final : public ConnectableFabric {
   ncclResult_t read(int qp, uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t raddr,
                     uint32_t rkey) override {
     return f_.read(qp, wr_id, dst, lkey, len, raddr, rkey);
+  }
+  ncclResult_t reg_mem(const MemDesc& mem, MemRegion* mr) override { return f_.reg_mem(mem, mr); }
+  ncclResult_t flush_read(uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t addr,
+                          uint32_t rkey) override {
+    return f_.flush_read(wr_id, dst, lkey, len, addr, rkey);
   }
   ncclResult_t post_recv(int qp, uint64_t wr_id) override { return f_.post_recv(qp, wr_id); }
   ncclResult_t poll(Completion* out, int max, int* n) override { return f_.poll(out, max, n); }

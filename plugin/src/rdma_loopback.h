@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "rdma_fabric.h"
 
@@ -24,11 +25,16 @@ class LoopbackFabric final : public Fabric {
   ~LoopbackFabric() override;
   int qp_count() const override;
   ncclResult_t reg(void* addr, size_t len, MemRegion* mr) override;
+  ncclResult_t reg_mem(const MemDesc& mem, MemRegion* mr) override;
   void dereg(MemRegion* mr) override;
   ncclResult_t write(int qp, uint64_t wr_id, const void* src, uint32_t lkey, size_t len, uint64_t raddr,
                      uint32_t rkey, bool with_imm, uint32_t imm, bool signaled) override;
   ncclResult_t read(int qp, uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t raddr,
                     uint32_t rkey) override;
+  // A read of this end's own memory on an extra queue pair (executed in order with the others'
+  // operations, completing with qp == -1).
+  ncclResult_t flush_read(uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t addr,
+                          uint32_t rkey) override;
   ncclResult_t post_recv(int qp, uint64_t wr_id) override;
   ncclResult_t poll(Completion* out, int max, int* n) override;
   bool peer_alive(const char** why) override;
@@ -40,6 +46,8 @@ class LoopbackFabric final : public Fabric {
   void vanish();
   int registrations_live() const;
   uint64_t bytes_written() const;  // payload bytes this end's writes placed in the peer's memory
+  uint64_t flush_reads() const;    // flush reads posted
+  std::vector<MemDesc> reg_mems() const;  // every reg_mem() request, in order
 
  private:
   friend class LoopbackConnectable;

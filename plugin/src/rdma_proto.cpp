@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdarg>
@@ -12,6 +13,7 @@
 #include <cstring>
 
 #include "log.h"
+#include "rdma_select.h"
 
 namespace zipccl {
 namespace net {
@@ -36,31 +38,54 @@ bool side_channel_alive(int fd, const char** why) {
   return false;
 }
 
-MrCache::~MrCache() {
-  for (auto& kv : pinned_) f_->dereg(&kv.second);
+MrCache::MrCache(Fabric* f, size_t page) : f_(f), page_(page) {
+  if (!page_) {
+    long ps = sysconf(_SC_PAGESIZE);
+    page_ = ps > 0 ? static_cast<size_t>(ps) : 4096;
+  }
 }
 
-ncclResult_t MrCache::pin(void* addr, size_t len) {
-  if (!len) return ncclSuccess;
-  auto it = pinned_.find(reinterpret_cast<uintptr_t>(addr));
-  if (it != pinned_.end() && it->second.len >= len) return ncclSuccess;
-  MemRegion mr;
-  ZIPCCL_CHECK(f_->reg(addr, len, &mr));
-  ++registrations_;
-  if (it != pinned_.end()) {
-    f_->dereg(&it->second);
-    it->second = mr;
-  } else {
-    pinned_.emplace(reinterpret_cast<uintptr_t>(addr), mr);
+MrCache::~MrCache() {
+  for (auto& kv : ranges_) f_->dereg(&kv.second.mr);
+}
+
+ncclResult_t MrCache::pin(const MemDesc& mem) {
+  if (!mem.size) return ncclSuccess;
+  MemDesc want = page_align(mem, page_);
+  uintptr_t b = reinterpret_cast<uintptr_t>(want.data);
+  uintptr_t a = reinterpret_cast<uintptr_t>(mem.data);
+  for (auto& kv : ranges_) {
+    Range& r = kv.second;
+    if (r.device == mem.device && a >= r.base && a - r.base + mem.size <= r.len) {
+      ++r.refs;
+      pins_.emplace(a, kv.first);
+      return ncclSuccess;
+    }
   }
+  MemRegion mr;
+  ZIPCCL_CHECK(f_->reg_mem(want, &mr));
+  ++registrations_;
+  uint64_t id = next_id_++;
+  ranges_.emplace(id, Range{b, want.size, mem.device, mr, 1});
+  pins_.emplace(a, id);
   return ncclSuccess;
 }
 
 void MrCache::unpin(void* addr) {
-  auto it = pinned_.find(reinterpret_cast<uintptr_t>(addr));
-  if (it == pinned_.end()) return;
-  f_->dereg(&it->second);
-  pinned_.erase(it);
+  auto p = pins_.lower_bound(reinterpret_cast<uintptr_t>(addr));  // the oldest pin at addr
+  if (p == pins_.end() || p->first != reinterpret_cast<uintptr_t>(addr)) return;
+  auto it = ranges_.find(p->second);
+  pins_.erase(p);
+  if (it == ranges_.end() || --it->second.refs > 0) return;
+  f_->dereg(&it->second.mr);
+  ranges_.erase(it);
+}
+
+int MrCache::refs(const void* addr) const {
+  auto p = pins_.lower_bound(reinterpret_cast<uintptr_t>(addr));
+  if (p == pins_.end() || p->first != reinterpret_cast<uintptr_t>(addr)) return 0;
+  auto it = ranges_.find(p->second);
+  return it == ranges_.end() ? 0 : it->second.refs;
 }
 
 ncclResult_t MrCache::get(const void* addr, size_t len, MemRegion* mr, bool* temp) {
@@ -68,11 +93,10 @@ ncclResult_t MrCache::get(const void* addr, size_t len, MemRegion* mr, bool* tem
   *mr = MemRegion{};
   if (!len) return ncclSuccess;  // nothing to access: no key needed
   uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  auto it = pinned_.upper_bound(a);
-  if (it != pinned_.begin()) {
-    --it;
-    if (a >= it->first && a - it->first + len <= it->second.len) {
-      *mr = it->second;
+  for (const auto& kv : ranges_) {
+    const Range& r = kv.second;
+    if (a >= r.base && a - r.base + len <= r.len) {
+      *mr = r.mr;
       return ncclSuccess;
     }
   }
@@ -142,9 +166,10 @@ ncclResult_t RdmaEndpoint::poll_all() {
     for (int i = 0; i < n; ++i) {
       const Completion& c = wc[i];
       if (!c.ok) {
-        static const char* kWhat[] = {"?", "receive", "write", "header write", "clear-to-send write"};
+        static const char* kWhat[] = {"?", "receive", "write", "header write", "clear-to-send write",
+                                      "flush read (loopback queue pair)"};
         WrKind k = wr_kind(c.wr_id);
-        return fail("%s on QP %d completed with error: %s", k <= kWrCts ? kWhat[k] : "operation", c.qp,
+        return fail("%s on QP %d completed with error: %s", k <= kWrFlush ? kWhat[k] : "operation", c.qp,
                     c.status ? c.status : "?");
       }
       ZIPCCL_CHECK(on_completion(c));
@@ -326,12 +351,17 @@ RdmaRecvConn::RdmaRecvConn(std::unique_ptr<Fabric> fabric, const RdmaParams& p)
     : RdmaEndpoint(std::move(fabric), p, p.depth * kEntryBytes),
       entries_(p.depth),
       slots_(p.slots),
-      op_used_(p.max_ops, 0) {}
+      op_used_(p.max_ops, 0),
+      flushes_(p.max_ops < Fabric::kMaxFlushReads ? p.max_ops : Fabric::kMaxFlushReads) {}
 
 RdmaRecvConn::~RdmaRecvConn() {
   for (Entry& e : entries_) {
     if (e.posted_temp) mrs_->release(&e.posted_mr);
   }
+  for (FlushOp& f : flushes_) {
+    if (f.has_temp) mrs_->release(&f.temp);
+  }
+  if (flush_mr_.handle) fabric_->dereg(&flush_mr_);
   for (Slot& s : slots_) free_slot_memory(&s);
 }
 
@@ -399,6 +429,16 @@ ncclResult_t RdmaRecvConn::clear_next() {
 }
 
 ncclResult_t RdmaRecvConn::on_completion(const Completion& c) {
+  if (!c.is_recv && wr_kind(c.wr_id) == kWrFlush) {
+    uint64_t id = wr_value(c.wr_id);
+    if (id >= flushes_.size() || !flushes_[id].used || flushes_[id].done)
+      return fail("completion for an unknown flush read");
+    FlushOp& f = flushes_[id];
+    f.done = true;
+    if (f.has_temp) mrs_->release(&f.temp);
+    f.has_temp = false;
+    return ncclSuccess;
+  }
   if (!c.is_recv) return ncclSuccess;  // a CTS write went out
   if (imm_is_cts(c.imm)) return fail("the sender sent a clear-to-send immediate (0x%08x)", c.imm);
   uint64_t seq = imm_seq(c.imm, next_peek_);
@@ -527,6 +567,71 @@ void RdmaRecvConn::release_staged(const void* payload) {
     }
   }
   if (error_.empty()) progress();  // the freed slot may clear the next receive; errors surface in test()
+}
+
+// ---- flush (NCCL's iflush after a GPUDirect receive) ----
+
+ncclResult_t RdmaRecvConn::flush(void* data, size_t size, int* op) {
+  *op = kNoOp;
+  if (!error_.empty()) return ncclSystemError;
+  if (!size) return ncclSuccess;  // nothing landed: nothing to flush
+  int id = -1;
+  for (int i = 0; i < static_cast<int>(flushes_.size()); ++i) {
+    if (!flushes_[i].used) {
+      id = i;
+      break;
+    }
+  }
+  if (id < 0) {
+    ZIPCCL_WARN("RDMA: more than %zu flushes in flight on one connection", flushes_.size());
+    return ncclInternalError;
+  }
+  if (!flush_buf_) {
+    flush_buf_.reset(new char[64]());
+    ncclResult_t r = fabric_->reg(flush_buf_.get(), 64, &flush_mr_);
+    if (r != ncclSuccess) {
+      flush_buf_.reset();
+      return fail("cannot register the flush buffer");
+    }
+  }
+  FlushOp& f = flushes_[id];
+  f = FlushOp{};
+  MemRegion mr;
+  bool temp = false;
+  ZIPCCL_CHECK(mrs_->get(data, 1, &mr, &temp));
+  f.temp = mr;
+  f.has_temp = temp;
+  f.used = true;
+  ncclResult_t r = fabric_->flush_read(wr(kWrFlush, id), flush_buf_.get(), flush_mr_.lkey, 1,
+                                       reinterpret_cast<uintptr_t>(data), mr.rkey);
+  if (r != ncclSuccess) {
+    if (f.has_temp) mrs_->release(&f.temp);
+    f = FlushOp{};
+    return fail("posting the flush read failed");
+  }
+  *op = id;
+  return ncclSuccess;
+}
+
+ncclResult_t RdmaRecvConn::test_flush(int op, bool* done) {
+  *done = false;
+  if (op < 0 || op >= static_cast<int>(flushes_.size()) || !flushes_[op].used) {
+    ZIPCCL_WARN("RDMA: test on an unknown flush %d", op);
+    return ncclInternalError;
+  }
+  ZIPCCL_CHECK(progress());
+  FlushOp& f = flushes_[op];
+  if (f.done) {
+    *done = true;
+    f = FlushOp{};
+  }
+  return ncclSuccess;
+}
+
+int RdmaRecvConn::flushes_in_flight() const {
+  int n = 0;
+  for (const FlushOp& f : flushes_) n += f.used;
+  return n;
 }
 
 }  // namespace net

@@ -98,23 +98,38 @@ struct RdmaParams {
   size_t min_chunk = 128 << 10;  // smallest piece when a message is spread over the QPs
 };
 
-// Registrations of one connection. Ranges pinned by NCCL's regMr stay registered until unpinned;
-// any other range gets a temporary registration for one operation (memory the plugin does not own
-// may be freed and its addresses reused, so it is never cached).
+// Registrations of one connection. Buffers NCCL registers (pin: regMr / regMrDmaBuf) are registered
+// as whole pages and shared: a pin inside a range already registered (same memory kind) only counts a
+// reference, so repeated regMr of the same buffer costs no verbs call; the range is deregistered when
+// its last pin goes. Any other range gets a temporary registration for one operation (memory the
+// plugin does not own may be freed and its addresses reused, so it is never cached).
 class MrCache {
  public:
-  explicit MrCache(Fabric* f) : f_(f) {}
+  // page: the registration granularity (a power of two); 0: the host page size.
+  explicit MrCache(Fabric* f, size_t page = 0);
   ~MrCache();
-  ncclResult_t pin(void* addr, size_t len);
-  void unpin(void* addr);
+  ncclResult_t pin(const MemDesc& mem);
+  void unpin(void* addr);  // one pin made at addr (no-op when there is none)
   // A region covering [addr, addr + len): a pinned one, or a new one (*temp) to hand to release().
   ncclResult_t get(const void* addr, size_t len, MemRegion* mr, bool* temp);
   void release(MemRegion* mr);
-  uint64_t registrations() const { return registrations_; }
+  uint64_t registrations() const { return registrations_; }  // fabric registrations made so far
+  size_t ranges() const { return ranges_.size(); }            // registered pinned ranges
+  int refs(const void* addr) const;  // pins sharing the range that pins at addr use (0: none)
 
  private:
+  struct Range {
+    uintptr_t base;
+    size_t len;
+    bool device;
+    MemRegion mr;
+    int refs;
+  };
   Fabric* f_;
-  std::map<uintptr_t, MemRegion> pinned_;  // by start address
+  size_t page_;
+  std::map<uint64_t, Range> ranges_;            // by id
+  std::multimap<uintptr_t, uint64_t> pins_;     // pinned address -> range id
+  uint64_t next_id_ = 1;
   uint64_t registrations_ = 0;
 };
 
@@ -128,13 +143,13 @@ class RdmaEndpoint : public BufferRegistry {
   RingInfo ring() const { return RingInfo{reinterpret_cast<uintptr_t>(ring_.get()), ring_mr_.rkey, depth_}; }
   void set_peer_ring(const RingInfo& r) { peer_ring_ = r; }
   MrCache& mrs() { return *mrs_; }
-  ncclResult_t pin(void* data, size_t size) override { return mrs_->pin(data, size); }
+  ncclResult_t pin(const MemDesc& mem) override { return mrs_->pin(mem); }
   void unpin(void* data) override { mrs_->unpin(data); }
   const std::string& error() const { return error_; }
 
  protected:
   static constexpr int kPollBatch = 32;
-  enum WrKind : uint64_t { kWrRecv = 1, kWrPiece = 2, kWrHeader = 3, kWrCts = 4 };
+  enum WrKind : uint64_t { kWrRecv = 1, kWrPiece = 2, kWrHeader = 3, kWrCts = 4, kWrFlush = 5 };
   static uint64_t wr(WrKind k, uint64_t v) {
     return static_cast<uint64_t>(k) << 56 | (v & 0xffffffffffffull);
   }
@@ -202,7 +217,7 @@ class RdmaSendConn final : public RdmaEndpoint, public SendConn {
   uint64_t written_ = 0, delivered_ = 0;
 };
 
-class RdmaRecvConn final : public RdmaEndpoint, public RecvConn {
+class RdmaRecvConn final : public RdmaEndpoint, public RecvConn, public DeviceFlusher {
  public:
   RdmaRecvConn(std::unique_ptr<Fabric> fabric, const RdmaParams& p);
   ~RdmaRecvConn() override;
@@ -212,7 +227,12 @@ class RdmaRecvConn final : public RdmaEndpoint, public RecvConn {
   ncclResult_t test(int op, bool* done) override;
   const void* take_staged() override;
   void release_staged(const void* payload) override;
+  // NCCL's iflush: a one-byte RDMA read of `data` (which must be registered: pinned, or registered
+  // for this flush only) through the fabric's loopback queue pair into a small host buffer.
+  ncclResult_t flush(void* data, size_t size, int* op) override;
+  ncclResult_t test_flush(int op, bool* done) override;
   int free_slots() const;
+  int flushes_in_flight() const;
 
  private:
   struct Target {
@@ -248,6 +268,15 @@ class RdmaRecvConn final : public RdmaEndpoint, public RecvConn {
   std::vector<Entry> entries_;
   std::vector<Slot> slots_;
   std::vector<char> op_used_;
+  struct FlushOp {
+    bool used = false;
+    bool done = false;
+    MemRegion temp;
+    bool has_temp = false;
+  };
+  std::vector<FlushOp> flushes_;
+  std::unique_ptr<char[]> flush_buf_;  // where flush reads land (never read)
+  MemRegion flush_mr_;
   uint64_t next_cts_ = 0;   // next sequence number to clear
   uint64_t next_peek_ = 0;  // oldest message not consumed
 };

@@ -126,5 +126,69 @@ int ib_speed_mbps(uint32_t active_speed, uint32_t active_width) {
   return lane * lanes;
 }
 
+const char* reg_path_name(RegPath p) {
+  switch (p) {
+    case RegPath::kHost:
+      return "ibv_reg_mr (host memory)";
+    case RegPath::kDmaBufFd:
+      return "ibv_reg_dmabuf_mr (NCCL's dma-buf fd)";
+    case RegPath::kDmaBufExport:
+      return "ibv_reg_dmabuf_mr (dma-buf fd from cuMemGetHandleForAddressRange)";
+    case RegPath::kPeerMem:
+      return "ibv_reg_mr of the device pointer (nvidia-peermem)";
+  }
+  return "?";
+}
+
+int reg_paths(const MemDesc& mem, const RegCaps& caps, RegPath out[3]) {
+  int n = 0;
+  if (!mem.device) {
+    out[n++] = RegPath::kHost;
+    return n;
+  }
+  if (mem.dmabuf_fd >= 0) {
+    if (caps.reg_dmabuf_mr) out[n++] = RegPath::kDmaBufFd;
+  } else if (caps.reg_dmabuf_mr && caps.cuda_export) {
+    out[n++] = RegPath::kDmaBufExport;
+  }
+  out[n++] = RegPath::kPeerMem;
+  return n;
+}
+
+MemDesc page_align(const MemDesc& mem, size_t page) {
+  MemDesc out = mem;
+  if (mem.size == 0 || page == 0) return out;
+  uintptr_t a = reinterpret_cast<uintptr_t>(mem.data);
+  uintptr_t base = a & ~static_cast<uintptr_t>(page - 1);
+  uintptr_t end = a + mem.size;
+  uintptr_t end_up = (end + page - 1) & ~static_cast<uintptr_t>(page - 1);
+  if (end_up < end) return out;  // wraps at the top of the address space
+  uintptr_t head = a - base;
+  if (mem.dmabuf_fd >= 0) {
+    if (mem.dmabuf_offset < head) return out;
+    out.dmabuf_offset = mem.dmabuf_offset - head;
+  }
+  out.data = reinterpret_cast<void*>(base);
+  out.size = end_up - base;
+  return out;
+}
+
+namespace {
+bool in_range(const char* name, int v, int lo, int hi, const char* what, std::string* problem) {
+  if (v >= lo && v <= hi) return true;
+  *problem = std::string(name) + "=" + std::to_string(v) + " is out of range: " + what + " is " +
+             std::to_string(lo) + ".." + std::to_string(hi);
+  return false;
+}
+}  // namespace
+
+bool ib_qp_settings_valid(const IbQpSettings& s, std::string* problem) {
+  return in_range("NCCL_IB_TC", s.tc, 0, kIbTcMax, "the traffic class (8 bits)", problem) &&
+         in_range("NCCL_IB_SL", s.sl, 0, kIbSlMax, "the service level (4 bits)", problem) &&
+         in_range("NCCL_IB_TIMEOUT", s.timeout, kIbTimeoutMin, kIbTimeoutMax,
+                  "the ACK timeout exponent (5 bits; 0 = infinite is refused)", problem) &&
+         in_range("NCCL_IB_RETRY_CNT", s.retry_cnt, 0, kIbRetryCntMax, "the retry count (3 bits)", problem);
+}
+
 }  // namespace net
 }  // namespace zipccl

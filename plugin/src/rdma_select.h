@@ -1,10 +1,13 @@
 // Pure decisions of the RDMA transport's device discovery, kept apart from libibverbs so they are
-// unit-tested: NCCL_IB_HCA filtering, RoCE GID choice (NCCL_IB_GID_INDEX), port speed.
+// unit-tested: NCCL_IB_HCA filtering, RoCE GID choice (NCCL_IB_GID_INDEX), port speed, the
+// registration path of a buffer and its page-aligned range, the queue pair settings' ranges.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "transport.h"
 
 namespace zipccl {
 namespace net {
@@ -39,6 +42,53 @@ int choose_gid(const std::vector<GidEntry>& table, bool ethernet, int configured
 // Port speed in Mbit/s from ibv_port_attr's active_speed (IBV_SPEED_* bit) and active_width
 // (1 = 1x, 2 = 4x, 4 = 8x, 8 = 12x, 16 = 2x). Unknown values count as 10 Gbit/s per lane, 1 lane.
 int ib_speed_mbps(uint32_t active_speed, uint32_t active_width);
+
+// ---- memory registration (NCCL's regMr / regMrDmaBuf) ----
+
+// The ways a buffer can be registered with the NIC.
+enum class RegPath {
+  kHost,          // ibv_reg_mr of host memory
+  kDmaBufFd,      // ibv_reg_dmabuf_mr with the dma-buf fd NCCL passed (regMrDmaBuf)
+  kDmaBufExport,  // ibv_reg_dmabuf_mr with an fd from cuMemGetHandleForAddressRange (CUDA driver)
+  kPeerMem,       // ibv_reg_mr of the device pointer (needs the nvidia-peermem kernel module)
+};
+const char* reg_path_name(RegPath p);
+// What this process can do: libibverbs exports ibv_reg_dmabuf_mr (rdma-core >= 34); the CUDA
+// driver exports cuMemGetHandleForAddressRange (CUDA >= 11.7).
+struct RegCaps {
+  bool reg_dmabuf_mr = false;
+  bool cuda_export = false;
+};
+// The registration attempts for one buffer, in order (the next is tried when one fails); returns
+// how many were written to out[0..2]. Host memory: kHost. Device memory with an fd: kDmaBufFd then
+// kPeerMem; without one: kDmaBufExport (when both capabilities exist) then kPeerMem.
+int reg_paths(const MemDesc& mem, const RegCaps& caps, RegPath out[3]);
+
+// The range the registration cache registers for `mem`: [data, data+size) widened to whole pages of
+// `page` bytes (a power of two), with the dma-buf offset moved by as much as the start moved. When
+// the dma-buf offset is smaller than that move, the range is kept as it is (it cannot start before
+// the dma-buf). size 0 stays 0.
+MemDesc page_align(const MemDesc& mem, size_t page);
+
+// ---- queue pair settings (NCCL's meanings and defaults) ----
+
+// NCCL_IB_TC: traffic class in the GRH (RoCE / routed IB), 8 bits. NCCL_IB_SL: service level, 4
+// bits. NCCL_IB_TIMEOUT: local ACK timeout, 4.096 us * 2^timeout, 5 bits; 0 (infinite: a lost peer
+// would never time out) is not accepted. NCCL_IB_RETRY_CNT: transport retries, 3 bits.
+constexpr int kIbTcMax = 255;
+constexpr int kIbSlMax = 15;
+constexpr int kIbTimeoutMin = 1;
+constexpr int kIbTimeoutMax = 31;
+constexpr int kIbRetryCntMax = 7;
+struct IbQpSettings {
+  int tc = 0;
+  int sl = 0;
+  int timeout = 20;  // NCCL's default since 2.23 (~4.3 s per try)
+  int retry_cnt = 7;
+};
+// True when every value is in range; else false with *problem naming the setting, its value and its
+// range.
+bool ib_qp_settings_valid(const IbQpSettings& s, std::string* problem);
 
 }  // namespace net
 }  // namespace zipccl

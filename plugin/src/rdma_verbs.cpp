@@ -18,6 +18,7 @@
 #include "log.h"
 #include "rdma_select.h"
 #include "rdma_transport.h"
+#include "settings.h"
 
 namespace zipccl {
 namespace net {
@@ -113,14 +114,49 @@ bool open_port(const IbvApi& api, ibv_context* ctx, const std::string& dev, int 
 
 }  // namespace
 
-const IbvApi* ibv_api(const char** why) {
-  static std::once_flag once;
-  std::call_once(once, load_api);
-  if (g_api_error) {
-    *why = g_api_error;
+// A library table loaded once by `load`, which leaves `error` null on success.
+template <class Api>
+const Api* load_once(std::once_flag* once, void (*load)(), const char* const* error, const Api* api,
+                     const char** why) {
+  std::call_once(*once, load);
+  if (*error) {
+    *why = *error;
     return nullptr;
   }
-  return &g_api;
+  return api;
+}
+
+const IbvApi* ibv_api(const char** why) {
+  static std::once_flag once;
+  return load_once(&once, load_api, &g_api_error, &g_api, why);
+}
+
+namespace {
+CudaDriverApi g_cuda{};
+const char* g_cuda_error = nullptr;
+
+void load_cuda() {
+  // The CUDA runtime already loaded it in a GPU process; RTLD_LOCAL keeps our lookups private.
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    g_cuda_error = "libcuda.so.1 not found";
+    return;
+  }
+  g_cuda.mem_get_handle_for_address_range =
+      reinterpret_cast<decltype(g_cuda.mem_get_handle_for_address_range)>(
+          dlsym(lib, "cuMemGetHandleForAddressRange"));
+  g_cuda.get_error_string =
+      reinterpret_cast<decltype(g_cuda.get_error_string)>(dlsym(lib, "cuGetErrorString"));
+  if (!g_cuda.mem_get_handle_for_address_range) {
+    g_cuda_error = "libcuda.so.1 has no cuMemGetHandleForAddressRange (CUDA < 11.7)";
+    dlclose(lib);
+  }
+}
+}  // namespace
+
+const CudaDriverApi* cuda_driver_api(const char** why) {
+  static std::once_flag once;
+  return load_once(&once, load_cuda, &g_cuda_error, &g_cuda, why);
 }
 
 std::vector<IbPort> discover_ports(const IbvApi& api, const std::string& hca_spec, int gid_index) {
@@ -171,13 +207,88 @@ std::vector<IbPort> discover_ports(const IbvApi& api, const std::string& hca_spe
   return ports;
 }
 
+QpTransition rtr_transition(const IbPort& port, const QpEndpoint& remote, uint32_t qpn, const IbQpSettings& s) {
+  QpTransition t{};
+  ibv_qp_attr& a = t.attr;
+  a.qp_state = IBV_QPS_RTR;
+  uint32_t mtu = static_cast<uint32_t>(port.mtu);
+  a.path_mtu = static_cast<ibv_mtu>(remote.mtu < mtu ? remote.mtu : mtu);
+  a.dest_qp_num = qpn;
+  a.rq_psn = remote.psn;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.port_num = static_cast<uint8_t>(port.port);
+  a.ah_attr.dlid = remote.lid;
+  a.ah_attr.sl = static_cast<uint8_t>(s.sl);
+  if (port.ethernet || remote.lid == 0) {
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, remote.gid, 16);
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(port.gid_index);
+    a.ah_attr.grh.hop_limit = 255;
+    a.ah_attr.grh.traffic_class = static_cast<uint8_t>(s.tc);
+  }
+  t.mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  return t;
+}
+
+QpTransition rts_transition(uint32_t psn, const IbQpSettings& s) {
+  QpTransition t{};
+  ibv_qp_attr& a = t.attr;
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = static_cast<uint8_t>(s.timeout);  // 4.096 us * 2^timeout per try
+  a.retry_cnt = static_cast<uint8_t>(s.retry_cnt);
+  a.rnr_retry = 7;
+  a.sq_psn = psn;
+  a.max_rd_atomic = 1;
+  t.mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+           IBV_QP_MAX_QP_RD_ATOMIC;
+  return t;
+}
+
+ncclResult_t VerbsFabric::new_qp(int send_wr, int recv_wr, ibv_qp** out) {
+  *out = nullptr;
+  ibv_qp_init_attr ia{};
+  ia.send_cq = cq_;
+  ia.recv_cq = cq_;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = send_wr;
+  ia.cap.max_recv_wr = recv_wr;
+  ia.cap.max_send_sge = 1;
+  ia.cap.max_recv_sge = 1;
+  ia.sq_sig_all = 0;
+  ibv_qp* qp = api_->create_qp(port_->pd, &ia);
+  if (!qp) {
+    ZIPCCL_WARN("RDMA: ibv_create_qp on %s failed: %s", port_->name.c_str(), std::strerror(errno));
+    return ncclSystemError;
+  }
+  *out = qp;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = static_cast<uint8_t>(port_->port);
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  int rc = api_->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (rc != 0) {
+    ZIPCCL_WARN("RDMA: QP to INIT on %s failed: %s", port_->name.c_str(), std::strerror(rc));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t VerbsFabric::create(const IbvApi* api, const IbPort* port, int nqps, int depth, int alive_fd,
-                                 std::unique_ptr<VerbsFabric>* out) {
-  std::unique_ptr<VerbsFabric> f(new VerbsFabric(api, port));  // takes alive_fd only on success
+                                 const VerbsOptions& opt, std::unique_ptr<VerbsFabric>* out) {
+  std::unique_ptr<VerbsFabric> f(new VerbsFabric(api, port, opt));  // takes alive_fd only on success
   if (nqps < 1 || nqps > QpEndpoint::kMaxQps) return ncclInternalError;
-  // Per QP: a header write and a payload write per message in the window, and the clear-to-sends.
+  std::string bad;
+  if (!ib_qp_settings_valid(opt.qp, &bad)) {
+    ZIPCCL_WARN("RDMA: %s", bad.c_str());
+    return ncclInvalidUsage;
+  }
+  // Per QP: a header write and a payload write per message in the window, and the clear-to-sends;
+  // plus the flush QP's reads.
   int send_wr = 3 * depth + 8, recv_wr = depth + 8;
-  f->cq_ = api->create_cq(port->ctx, nqps * (send_wr + recv_wr), nullptr, nullptr, 0);
+  f->cq_ = api->create_cq(port->ctx, nqps * (send_wr + recv_wr) + kMaxFlushReads, nullptr, nullptr, 0);
   if (!f->cq_) {
     ZIPCCL_WARN("RDMA: ibv_create_cq on %s failed: %s", port->name.c_str(), std::strerror(errno));
     return ncclSystemError;
@@ -185,30 +296,10 @@ ncclResult_t VerbsFabric::create(const IbvApi* api, const IbPort* port, int nqps
   std::random_device rd;
   f->psn_ = rd() & 0xffffff;
   for (int i = 0; i < nqps; ++i) {
-    ibv_qp_init_attr ia{};
-    ia.send_cq = f->cq_;
-    ia.recv_cq = f->cq_;
-    ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = send_wr;
-    ia.cap.max_recv_wr = recv_wr;
-    ia.cap.max_send_sge = 1;
-    ia.cap.max_recv_sge = 1;
-    ia.sq_sig_all = 0;
-    ibv_qp* qp = api->create_qp(port->pd, &ia);
-    if (!qp) {
-      ZIPCCL_WARN("RDMA: ibv_create_qp on %s failed: %s", port->name.c_str(), std::strerror(errno));
-      return ncclSystemError;
-    }
-    f->qps_.push_back(qp);
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = static_cast<uint8_t>(port->port);
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    if (api->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-      ZIPCCL_WARN("RDMA: QP to INIT on %s failed: %s", port->name.c_str(), std::strerror(errno));
-      return ncclSystemError;
-    }
+    ibv_qp* qp = nullptr;
+    ncclResult_t r = f->new_qp(send_wr, recv_wr, &qp);
+    if (qp) f->qps_.push_back(qp);
+    if (r != ncclSuccess) return r;
   }
   f->alive_fd_ = alive_fd;
   *out = std::move(f);
@@ -217,6 +308,7 @@ ncclResult_t VerbsFabric::create(const IbvApi* api, const IbPort* port, int nqps
 
 VerbsFabric::~VerbsFabric() {
   for (ibv_qp* qp : qps_) api_->destroy_qp(qp);
+  if (flush_qp_) api_->destroy_qp(flush_qp_);
   if (cq_) api_->destroy_cq(cq_);
   if (alive_fd_ >= 0) close(alive_fd_);
 }
@@ -232,61 +324,118 @@ QpEndpoint VerbsFabric::local() const {
   return e;
 }
 
+ncclResult_t VerbsFabric::connect_qp(ibv_qp* qp, const QpEndpoint& remote, uint32_t qpn, const char* what) {
+  QpTransition t = rtr_transition(*port_, remote, qpn, opt_.qp);
+  int rc = api_->modify_qp(qp, &t.attr, t.mask);
+  if (rc == 0) {
+    t = rts_transition(psn_, opt_.qp);
+    rc = api_->modify_qp(qp, &t.attr, t.mask);
+  }
+  if (rc != 0) {
+    ZIPCCL_WARN(
+        "RDMA: connecting %s on %s failed: %s (NCCL_IB_SL=%d NCCL_IB_TC=%d NCCL_IB_TIMEOUT=%d "
+        "NCCL_IB_RETRY_CNT=%d)",
+        what, port_->name.c_str(), std::strerror(rc), opt_.qp.sl, opt_.qp.tc, opt_.qp.timeout,
+        opt_.qp.retry_cnt);
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t VerbsFabric::connect(const QpEndpoint& remote) {
   if (remote.nqps != qps_.size()) {
     ZIPCCL_WARN("RDMA: the peer has %u queue pairs, we have %zu", remote.nqps, qps_.size());
     return ncclSystemError;
   }
   for (size_t i = 0; i < qps_.size(); ++i) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTR;
-    uint32_t mtu = static_cast<uint32_t>(port_->mtu);
-    a.path_mtu = static_cast<ibv_mtu>(remote.mtu < mtu ? remote.mtu : mtu);
-    a.dest_qp_num = remote.qpn[i];
-    a.rq_psn = remote.psn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.port_num = static_cast<uint8_t>(port_->port);
-    a.ah_attr.dlid = remote.lid;
-    if (port_->ethernet || remote.lid == 0) {
-      a.ah_attr.is_global = 1;
-      std::memcpy(a.ah_attr.grh.dgid.raw, remote.gid, 16);
-      a.ah_attr.grh.sgid_index = static_cast<uint8_t>(port_->gid_index);
-      a.ah_attr.grh.hop_limit = 255;
-    }
-    int rc = api_->modify_qp(qps_[i], &a,
-                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-    if (rc == 0) {
-      a = ibv_qp_attr{};
-      a.qp_state = IBV_QPS_RTS;
-      a.timeout = 18;  // 4.096 us * 2^18 ~ 1 s per retry; 7 retries before "transport retry counter exceeded"
-      a.retry_cnt = 7;
-      a.rnr_retry = 7;
-      a.sq_psn = psn_;
-      a.max_rd_atomic = 1;
-      rc = api_->modify_qp(qps_[i], &a,
-                           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                               IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-    }
-    if (rc != 0) {
-      ZIPCCL_WARN("RDMA: connecting QP %zu on %s failed: %s", i, port_->name.c_str(), std::strerror(rc));
-      return ncclSystemError;
-    }
+    char what[32];
+    std::snprintf(what, sizeof what, "QP %zu", i);
+    ZIPCCL_CHECK(connect_qp(qps_[i], remote, remote.qpn[i], what));
   }
   return ncclSuccess;
 }
 
+namespace {
+constexpr int kMrAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+}  // namespace
+
 ncclResult_t VerbsFabric::reg(void* addr, size_t len, MemRegion* mr) {
-  ibv_mr* m = api_->reg_mr(port_->pd, addr, len,
-                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-  if (!m) {
-    ZIPCCL_WARN("RDMA: ibv_reg_mr of %zu bytes on %s failed: %s (check the memlock limit, ulimit -l)", len,
-                port_->name.c_str(), std::strerror(errno));
-    return ncclSystemError;
+  MemDesc d;
+  d.data = addr;
+  d.size = len;
+  return reg_mem(d, mr);
+}
+
+const CudaDriverApi* VerbsFabric::cuda() {
+  if (!cuda_loaded_ && !opt_.cuda) {
+    const char* why = nullptr;
+    opt_.cuda = cuda_driver_api(&why);
+    if (!opt_.cuda) ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "RDMA: no dma-buf export from the CUDA driver: %s", why);
   }
-  *mr = MemRegion{addr, len, m->lkey, m->rkey, m};
-  return ncclSuccess;
+  cuda_loaded_ = true;
+  return opt_.cuda;
+}
+
+ncclResult_t VerbsFabric::reg_mem(const MemDesc& d, MemRegion* mr) {
+  RegCaps caps;
+  caps.reg_dmabuf_mr = api_->reg_dmabuf_mr != nullptr;
+  const CudaDriverApi* cu = nullptr;
+  if (d.device && d.dmabuf_fd < 0 && caps.reg_dmabuf_mr) {
+    cu = cuda();
+    caps.cuda_export = cu && cu->mem_get_handle_for_address_range;
+  }
+  RegPath paths[3];
+  int n = reg_paths(d, caps, paths);
+  std::string failures;
+  for (int i = 0; i < n; ++i) {
+    ibv_mr* m = nullptr;
+    std::string err;
+    errno = 0;
+    switch (paths[i]) {
+      case RegPath::kHost:
+      case RegPath::kPeerMem:
+        m = api_->reg_mr(port_->pd, d.data, d.size, kMrAccess);
+        if (!m) err = std::strerror(errno ? errno : EINVAL);
+        break;
+      case RegPath::kDmaBufFd:
+        m = api_->reg_dmabuf_mr(port_->pd, d.dmabuf_offset, d.size, reinterpret_cast<uintptr_t>(d.data),
+                                d.dmabuf_fd, kMrAccess);
+        if (!m) err = std::strerror(errno ? errno : EINVAL);
+        break;
+      case RegPath::kDmaBufExport: {
+        int fd = -1;
+        int cr = cu->mem_get_handle_for_address_range(&fd, reinterpret_cast<uintptr_t>(d.data), d.size,
+                                                      kCuMemRangeHandleTypeDmaBufFd, 0);
+        if (cr != 0 || fd < 0) {
+          const char* text = nullptr;
+          if (cu->get_error_string) cu->get_error_string(cr, &text);
+          err = "cuMemGetHandleForAddressRange failed: CUDA error " + std::to_string(cr) +
+                (text ? std::string(" (") + text + ")" : std::string());
+          break;
+        }
+        m = api_->reg_dmabuf_mr(port_->pd, 0, d.size, reinterpret_cast<uintptr_t>(d.data), fd, kMrAccess);
+        if (!m) err = std::strerror(errno ? errno : EINVAL);
+        close(fd);  // the MR holds its own reference to the dma-buf
+        break;
+      }
+    }
+    if (m) {
+      if (i > 0) {
+        ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "RDMA: registered %zu bytes at %p on %s with %s (after: %s)", d.size,
+                    d.data, port_->name.c_str(), reg_path_name(paths[i]), failures.c_str());
+      }
+      *mr = MemRegion{d.data, d.size, m->lkey, m->rkey, m};
+      return ncclSuccess;
+    }
+    if (!failures.empty()) failures += "; ";
+    failures += std::string(reg_path_name(paths[i])) + ": " + err;
+  }
+  ZIPCCL_WARN("RDMA: cannot register %zu bytes of %s memory at %p on %s: %s%s", d.size,
+              d.device ? "CUDA" : "host", d.data, port_->name.c_str(), failures.c_str(),
+              d.device ? " (GPUDirect RDMA needs dma-buf support - Linux >= 5.12, rdma-core >= 34, "
+                         "CUDA >= 11.7 - or the nvidia-peermem kernel module)"
+                       : " (check the memlock limit, ulimit -l)");
+  return ncclSystemError;
 }
 
 void VerbsFabric::dereg(MemRegion* mr) {
@@ -294,12 +443,11 @@ void VerbsFabric::dereg(MemRegion* mr) {
   *mr = MemRegion{};
 }
 
-ncclResult_t VerbsFabric::post(int qp, ibv_send_wr* wr) {
-  if (qp < 0 || qp >= qp_count()) return ncclInternalError;
+ncclResult_t VerbsFabric::post(ibv_qp* qp, const char* what, ibv_send_wr* wr) {
   ibv_send_wr* bad = nullptr;
-  int rc = ibv_post_send(qps_[qp], wr, &bad);
+  int rc = ibv_post_send(qp, wr, &bad);
   if (rc != 0) {
-    ZIPCCL_WARN("RDMA: ibv_post_send on %s QP %d failed: %s", port_->name.c_str(), qp, std::strerror(rc));
+    ZIPCCL_WARN("RDMA: ibv_post_send on %s %s failed: %s", port_->name.c_str(), what, std::strerror(rc));
     return ncclSystemError;
   }
   return ncclSuccess;
@@ -317,7 +465,8 @@ ncclResult_t VerbsFabric::write(int qp, uint64_t wr_id, const void* src, uint32_
   wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = raddr;
   wr.wr.rdma.rkey = rkey;
-  return post(qp, &wr);
+  if (qp < 0 || qp >= qp_count()) return ncclInternalError;
+  return post(qps_[qp], "a data QP", &wr);
 }
 
 ncclResult_t VerbsFabric::read(int qp, uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t raddr,
@@ -331,7 +480,32 @@ ncclResult_t VerbsFabric::read(int qp, uint64_t wr_id, void* dst, uint32_t lkey,
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = raddr;
   wr.wr.rdma.rkey = rkey;
-  return post(qp, &wr);
+  if (qp < 0 || qp >= qp_count()) return ncclInternalError;
+  return post(qps_[qp], "a data QP", &wr);
+}
+
+ncclResult_t VerbsFabric::flush_read(uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t addr,
+                                     uint32_t rkey) {
+  if (!flush_qp_) {
+    ibv_qp* qp = nullptr;
+    ncclResult_t r = new_qp(kMaxFlushReads, 1, &qp);
+    if (r == ncclSuccess) r = connect_qp(qp, local(), qp->qp_num, "the flush QP (connected to itself)");
+    if (r != ncclSuccess) {
+      if (qp) api_->destroy_qp(qp);
+      return r;
+    }
+    flush_qp_ = qp;
+  }
+  ibv_sge sge{reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(len), lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = addr;
+  wr.wr.rdma.rkey = rkey;
+  return post(flush_qp_, "the flush QP", &wr);
 }
 
 ncclResult_t VerbsFabric::post_recv(int qp, uint64_t wr_id) {
@@ -389,7 +563,13 @@ class VerbsPort final : public RdmaPort {
   ncclResult_t make_fabric(int nqps, int depth, int alive_fd,
                            std::unique_ptr<ConnectableFabric>* out) override {
     std::unique_ptr<VerbsFabric> f;
-    ZIPCCL_CHECK(VerbsFabric::create(api_, &port_, nqps, depth, alive_fd, &f));
+    VerbsOptions opt;
+    const Settings& st = settings();
+    opt.qp.tc = st.ib_tc;
+    opt.qp.sl = st.ib_sl;
+    opt.qp.timeout = st.ib_timeout;
+    opt.qp.retry_cnt = st.ib_retry_cnt;
+    ZIPCCL_CHECK(VerbsFabric::create(api_, &port_, nqps, depth, alive_fd, opt, &f));
     *out = std::move(f);
     return ncclSuccess;
   }

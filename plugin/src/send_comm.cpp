@@ -78,6 +78,11 @@ SendComm::~SendComm() {
     while (!sample_job_.done.load(std::memory_order_acquire)) std::this_thread::yield();
   }
   conn_.reset();  // joins the transport's helper threads, which may still read staging buffers
+  gpu_.reset();   // waits for this comm's stream, then frees its device and pinned buffers
+  if (gpu_messages_) {
+    ZIPCCL_INFO(NCCL_NET, "GPU path (send): %llu device messages, %llu sent as device-encoded frames",
+                (unsigned long long)gpu_messages_, (unsigned long long)gpu_encoded_);
+  }
   header.magic = kDeadMagic;
   for (Req& r : reqs_) r.h.magic = kDeadMagic;
   stats_.link_gbps = policy_.link_bps() * 8e-9;
@@ -85,7 +90,7 @@ SendComm::~SendComm() {
   report_stats(stats_);
 }
 
-ncclResult_t SendComm::isend(void* data, size_t size, int tag, void** request) {
+ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void** request) {
   *request = nullptr;
   if (failed_) return ncclSystemError;
   if (size && !data) {
@@ -103,6 +108,8 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, void** request) {
   r.wire = size;
   r.op = kNoOp;
   r.state = State::kReady;
+  r.device = device;
+  r.staged = nullptr;
 
   const Settings& s = settings();
   bool compress = false;
@@ -114,18 +121,37 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, void** request) {
     bool sample = false;
     bool want = policy_.choose(size, &sample);
     codec::ElemType type = hint_type(s.dtype);
-    if ((want || sample) && type == codec::ElemType::kAuto && s.compress == CompressMode::kAuto) {
-      type = codec::detect_elem_type(data, size);
-    }
-    if (!want) {
-      ++stats_.raw_policy;
-      if (sample && type != codec::ElemType::kNone) start_sample(&r, type);
-    } else if (type == codec::ElemType::kNone) {
-      ++stats_.raw_incompressible;
+    if (device) {
+      // The host cannot read device memory: the GPU codec detects the type (kAuto) and the message
+      // the policy wants sampled is encoded whole on the device (that measures the GPU codec).
+      if (want || sample) {
+        compress = true;
+        r.job.type = type;
+      } else {
+        ++stats_.raw_policy;
+      }
     } else {
-      compress = true;
-      r.job.type = type;
+      if ((want || sample) && type == codec::ElemType::kAuto && s.compress == CompressMode::kAuto) {
+        type = codec::detect_elem_type(data, size);
+      }
+      if (!want) {
+        ++stats_.raw_policy;
+        if (sample && type != codec::ElemType::kNone) start_sample(&r, type);
+      } else if (type == codec::ElemType::kNone) {
+        ++stats_.raw_incompressible;
+      } else {
+        compress = true;
+        r.job.type = type;
+      }
     }
+  }
+  if (device) {
+    unposted_.push_back(idx);
+    *request = &r.h;
+    ncclResult_t res = start_device(&r, compress && size > 0, r.job.type);
+    if (res == ncclSuccess) res = progress();
+    if (res != ncclSuccess) failed_ = true;
+    return res;
   }
   if (compress) {
     size_t cap = codec::max_encoded_size(size);
@@ -176,6 +202,87 @@ void SendComm::finish_sample() {
   sample_busy_ = false;
 }
 
+// Device message: encode on the GPU into device staging (its size arrives in pinned memory), or copy
+// the raw message to pinned staging. Nothing here waits for the device.
+ncclResult_t SendComm::start_device(Req* r, bool compress, codec::ElemType type) {
+  gpu::DeviceOps* ops = gpu::device_ops();
+  if (!ops) {
+    ZIPCCL_WARN("isend from device memory, but the GPU path is off");
+    return ncclInternalError;
+  }
+  if (!gpu_) gpu_.reset(new gpu::Channel(ops, static_cast<int>(reqs_.size())));
+  int dev = ops->device_of(r->data);
+  if (dev < 0) {
+    ZIPCCL_WARN("isend: %p is registered as device memory but CUDA does not know it", (const void*)r->data);
+    return ncclInternalError;
+  }
+  ZIPCCL_CHECK(gpu_->bind(dev));
+  ++gpu_messages_;
+  int slot = static_cast<int>(r - reqs_.data());
+  if (!compress) return copy_to_host(r, r->data, r->size);
+  size_t cap = codec::max_encoded_size(r->size);
+  void* dst = nullptr;
+  ZIPCCL_CHECK(gpu_->buffer(slot, gpu::Channel::Buf::kDevice, cap, &dst));
+  gpu::Result* res = gpu_->result(slot);
+  gpu::result_clear(res);
+  ZIPCCL_CHECK(ops->encode(gpu_->stream(), r->data, r->size, dst, cap, type, settings().gpu_max_sms, res));
+  r->gpu_t0 = Clock::now();
+  r->state = State::kGpuEncoding;
+  return ncclSuccess;
+}
+
+// Enqueues the D2H copy of what is to be posted (the frame, or the raw message) and its event.
+ncclResult_t SendComm::copy_to_host(Req* r, const void* src, size_t n) {
+  int slot = static_cast<int>(r - reqs_.data());
+  void* host = nullptr;
+  ZIPCCL_CHECK(gpu_->buffer(slot, gpu::Channel::Buf::kHost, n, &host));
+  ZIPCCL_CHECK(gpu_->ops()->copy(gpu_->stream(), host, src, n, gpu::Copy::kDeviceToHost));
+  ZIPCCL_CHECK(gpu_->record(slot));
+  r->staged = host;
+  r->state = State::kGpuCopying;
+  return ncclSuccess;
+}
+
+// Moves every device message forward independently of the others (they post in order later).
+ncclResult_t SendComm::progress_device() {
+  for (int idx : unposted_) {
+    Req* r = &reqs_[idx];
+    if (r->state == State::kGpuEncoding) {
+      gpu::Result* res = gpu_->result(idx);
+      if (!gpu::result_ready(res)) continue;
+      double seconds = std::chrono::duration<double>(Clock::now() - r->gpu_t0).count();
+      stats_.codec_ns += static_cast<uint64_t>(seconds * 1e9);
+      auto st = static_cast<codec::Status>(res->status);
+      if (st != codec::Status::kOk) {
+        ZIPCCL_WARN("GPU encode of %zu bytes failed (%s); sending raw", r->size, codec::status_string(st));
+        ++stats_.raw_incompressible;
+        ZIPCCL_CHECK(copy_to_host(r, r->data, r->size));
+      } else {
+        policy_.on_encoded(r->size, res->size, seconds);
+        if (res->size < r->size) {
+          void* frame = nullptr;
+          ZIPCCL_CHECK(gpu_->buffer(idx, gpu::Channel::Buf::kDevice, res->size, &frame));  // the frame's buffer
+          r->kind = FrameKind::kCodec;
+          r->wire = res->size;
+          ZIPCCL_CHECK(copy_to_host(r, frame, res->size));  // exactly the frame's bytes
+        } else {
+          ++stats_.raw_incompressible;
+          ZIPCCL_CHECK(copy_to_host(r, r->data, r->size));
+        }
+      }
+    }
+    if (r->state == State::kGpuCopying) {
+      bool done = false;
+      ZIPCCL_CHECK(gpu_->query(idx, &done));
+      if (done) {
+        if (r->kind == FrameKind::kCodec) ++gpu_encoded_;
+        r->state = State::kReady;
+      }
+    }
+  }
+  return ncclSuccess;
+}
+
 void SendComm::finish_encode(Req* r) {
   stats_.codec_ns += r->job.ns;
   if (r->job.status != codec::Status::kOk) {
@@ -219,15 +326,18 @@ ncclResult_t SendComm::progress() {
     sample_link();
     finish_sample();
   }
+  if (gpu_) ZIPCCL_CHECK(progress_device());
   while (!unposted_.empty()) {
     Req* r = &reqs_[unposted_.front()];
     if (r->state == State::kEncoding) {
       if (!r->job.done.load(std::memory_order_acquire)) break;
       finish_encode(r);
     }
+    if (r->state != State::kReady) break;  // a device message still on the GPU
     FrameMeta meta = make_frame(r->kind, r->tag, r->size, r->wire);
-    const void* payload =
-        r->kind == FrameKind::kCodec ? static_cast<const void*>(r->staging.data()) : r->data;
+    const void* payload = r->device                     ? r->staged
+                          : r->kind == FrameKind::kCodec ? static_cast<const void*>(r->staging.data())
+                                                         : r->data;
     int op = kNoOp;
     // A codec frame is decoded by the receiver, not kept: a transport writing into the receiver's
     // memory lands it in staging (post_staged), while raw bytes go straight to the posted buffer.

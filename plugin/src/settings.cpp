@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "log.h"
+#include "rdma_select.h"  // NCCL_IB_* ranges
 
 namespace zipccl {
 namespace net {
 namespace {
 
-enum class Kind { kBytes, kInt, kDouble, kString, kCompress, kDtype, kTransport };
+enum class Kind { kBytes, kInt, kDouble, kString, kCompress, kDtype, kTransport, kGpuMode, kGpuLanding };
 
 struct Entry {
   const char* name;
@@ -61,6 +62,24 @@ std::vector<Entry> registry(Settings* s) {
        "socket|ib|auto: ib = RDMA verbs, opt-in until validated on RDMA hardware (auto: ib when an active port exists)",
        &s->transport, 0, 0},
       {"ZIPCCL_IB_QPS", Kind::kInt, "RC queue pairs per RDMA connection", &s->ib_qps, 1, 8},
+      {"NCCL_IB_TC", Kind::kInt, "RDMA: traffic class of the queue pairs (GRH)", &s->ib_tc, 0, kIbTcMax},
+      {"NCCL_IB_SL", Kind::kInt, "RDMA: service level of the queue pairs", &s->ib_sl, 0, kIbSlMax},
+      {"NCCL_IB_TIMEOUT", Kind::kInt, "RDMA: ACK timeout, 4.096 us * 2^N per try (0 = infinite: refused)",
+       &s->ib_timeout, kIbTimeoutMin, kIbTimeoutMax},
+      {"NCCL_IB_RETRY_CNT", Kind::kInt, "RDMA: retries before a transport error", &s->ib_retry_cnt, 0,
+       kIbRetryCntMax},
+      {"ZIPCCL_GPU", Kind::kGpuMode,
+       "auto|off|emulate: compress device buffers with the CUDA codec when a GPU is usable (emulate: tests only)",
+       &s->gpu, 0, 0},
+      {"ZIPCCL_GPU_MAX_SMS", Kind::kInt, "GPU path: SMs the codec kernels may fill (0: all)", &s->gpu_max_sms, 0,
+       4096},
+      {"ZIPCCL_GPU_LANDING", Kind::kGpuLanding,
+       "ordered|marked: device receives land each 128-byte line flag-last (LL128), all or only NCCL-marked",
+       &s->gpu_landing, 0, 0},
+      {"ZIPCCL_GPU_EMULATE_DELAY_US", Kind::kInt, "tests: delay of each emulated device operation",
+       &s->gpu_emulate_delay_us, 0, 1000000},
+      {"ZIPCCL_GPU_EMULATE_FAIL_EVERY", Kind::kInt, "tests: every Nth emulated encode/decode fails (0: none)",
+       &s->gpu_emulate_fail_every, 0, 1 << 30},
   };
 }
 
@@ -77,6 +96,8 @@ std::string value_string(const Entry& e) {
       return buf;
     case Kind::kString:
     case Kind::kTransport:
+    case Kind::kGpuMode:
+    case Kind::kGpuLanding:
       return *static_cast<std::string*>(e.field);
     case Kind::kCompress:
       return compress_mode_name(*static_cast<CompressMode*>(e.field));
@@ -137,6 +158,18 @@ void parse(const Entry& e, const char* v) {
         *static_cast<std::string*>(e.field) = v;
       else
         warn(e, v, "one of socket|ib|auto");
+      return;
+    case Kind::kGpuMode:
+      if (!std::strcmp(v, "auto") || !std::strcmp(v, "off") || !std::strcmp(v, "emulate"))
+        *static_cast<std::string*>(e.field) = v;
+      else
+        warn(e, v, "one of auto|off|emulate");
+      return;
+    case Kind::kGpuLanding:
+      if (!std::strcmp(v, "ordered") || !std::strcmp(v, "marked"))
+        *static_cast<std::string*>(e.field) = v;
+      else
+        warn(e, v, "one of ordered|marked");
       return;
     case Kind::kCompress: {
       auto* f = static_cast<CompressMode*>(e.field);
@@ -230,6 +263,12 @@ std::vector<SettingInfo> describe_settings() {
         break;
       case Kind::kTransport:
         info.values = "socket|ib|auto";
+        break;
+      case Kind::kGpuMode:
+        info.values = "auto|off|emulate";
+        break;
+      case Kind::kGpuLanding:
+        info.values = "ordered|marked";
         break;
     }
     const char* v = std::getenv(e.name);

@@ -31,6 +31,17 @@ struct Settings {
   // hardware yet, so it is opt-in.
   std::string transport = "socket";
   int ib_qps = 2;                   // RC queue pairs per RDMA connection
+  // RDMA queue pair attributes, NCCL's variables with NCCL's defaults (ranges: rdma_select.h).
+  int ib_tc = 0;          // NCCL_IB_TC: GRH traffic class
+  int ib_sl = 0;          // NCCL_IB_SL: service level
+  int ib_timeout = 20;    // NCCL_IB_TIMEOUT: ACK timeout 4.096 us * 2^n
+  int ib_retry_cnt = 7;   // NCCL_IB_RETRY_CNT
+  // GPU path (docs/notes/gpu.md). gpu: auto | off | emulate (emulate: tests only, host emulation).
+  std::string gpu = "auto";
+  int gpu_max_sms = 16;            // bound on the codec kernels' grid, in SMs' worth of blocks
+  std::string gpu_landing = "ordered";  // ordered | marked: which device receives land flag-last
+  int gpu_emulate_delay_us = 0;    // emulate: delay of every stream operation
+  int gpu_emulate_fail_every = 0;  // emulate: every Nth encode/decode fails (0: none)
 };
 
 // Reads the registry on first use (thread-safe) and returns it.

@@ -71,14 +71,37 @@ class RecvConn {
   virtual void release_staged(const void* /*payload*/) {}
 };
 
+// A buffer NCCL registers (regMr / regMrDmaBuf): host memory, or CUDA device memory, optionally with
+// the dma-buf file descriptor NCCL exported for it (regMrDmaBuf; NCCL keeps the fd) and the offset of
+// `data` within that dma-buf.
+struct MemDesc {
+  void* data = nullptr;
+  size_t size = 0;
+  bool device = false;  // NCCL_PTR_CUDA
+  int dmabuf_fd = -1;
+  uint64_t dmabuf_offset = 0;
+};
+
 // Optional, for transports that register memory with a NIC (RDMA): NCCL's regMr/deregMr of a buffer
 // it will send from or receive into, so the transport keeps it registered instead of registering it
-// per message. net.cpp finds it on a connection with dynamic_cast.
+// per message. net.cpp finds it on a connection with dynamic_cast. Every pin() is matched by one
+// unpin() of the same `data` (registrations are shared and counted).
 class BufferRegistry {
  public:
   virtual ~BufferRegistry() = default;
-  virtual ncclResult_t pin(void* data, size_t size) = 0;
+  virtual ncclResult_t pin(const MemDesc& mem) = 0;
   virtual void unpin(void* data) = 0;
+};
+
+// Optional, for receive connections of transports whose NIC writes straight into device memory (RDMA
+// with GPUDirect): NCCL's iflush. flush() starts making the NIC's writes into the registered device
+// buffer at `data` visible to the GPU (an RDMA read through a loopback queue pair); *op is kNoOp when
+// there is nothing to do. test_flush() completes it (non-blocking). net.cpp finds it with dynamic_cast.
+class DeviceFlusher {
+ public:
+  virtual ~DeviceFlusher() = default;
+  virtual ncclResult_t flush(void* data, size_t size, int* op) = 0;
+  virtual ncclResult_t test_flush(int op, bool* done) = 0;
 };
 
 class Listener {
@@ -104,7 +127,8 @@ class Transport {
 // NCCL_SOCKET_FAMILY once. Returns nullptr (with a WARN) when no usable interface exists.
 Transport* socket_transport();
 // The RDMA transport (libibverbs, loaded at run time; RC queue pairs). Reads NCCL_IB_HCA,
-// NCCL_IB_GID_INDEX and, for its connection side channel, NCCL_SOCKET_IFNAME once. Has zero devices
+// NCCL_IB_GID_INDEX, NCCL_IB_TC/SL/TIMEOUT/RETRY_CNT (through the settings registry) and, for its
+// connection side channel, NCCL_SOCKET_IFNAME once. Has zero devices
 // (INFO says why) when libibverbs, an active port or a side-channel interface is missing.
 Transport* rdma_transport();
 

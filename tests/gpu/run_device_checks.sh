@@ -4,6 +4,10 @@
 # GPU tests, hetero's NCCL executor, the plugin under real NCCL (`zipccl nccl-check`: every
 # collective, type and protocol bit-exact, compressed vs not; 100 iterations) and an unmodified
 # PyTorch DDP job (tests/gpu/ddp_check.py), then the codec throughput benchmark, printed last.
+# The nccl-check runs use the plugin's GPU path (NCCL_PTR_CUDA; NCCL_NET_GDR_LEVEL=SYS so NCCL puts
+# LL128/Simple buffers in device memory for a socket NIC) and the 100-iteration run does so under
+# CUDA_DEVICE_MAX_CONNECTIONS=1; their NCCL logs must show the GPU path on, GDRDMA channels and
+# device-encoded messages. The DDP job keeps NCCL's default GDR level (host buffers: the CPU path).
 # Budget: under 8 minutes on an H200 (each step has its own timeout). Usage, from the repo root:
 #   tests/gpu/run_device_checks.sh [build-dir]        (default build-device)
 # Exit status: 0 when every step passed.
@@ -34,12 +38,16 @@ step configure 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DZIP
   -DZIPCCL_BUILD_PLUGIN=ON -DZIPCCL_BUILD_TOOLS=ON "-DZIPCCL_TEST_MODULES=gpu;hetero" \
   "-DCMAKE_CUDA_ARCHITECTURES=$archs" || exit 1
 step build 240 cmake --build "$build" -j"$(nproc)" \
-  --target gpu_codec_device_tests gpu_codec_host_tests zipccl_gpu_bench codec_tests zipccl nccl-net-zipccl || exit 1
+  --target gpu_codec_device_tests gpu_codec_host_tests zipccl_gpu_bench codec_tests zipccl nccl-net-zipccl \
+  test_gpu_path_cuda || exit 1
 
 tests="$build/tests/gpu/gpu_codec_device_tests"
 step device-tests 90 "$tests" --gtest_brief=1
 step host-tests 90 "$build/tests/gpu/gpu_codec_host_tests" --gtest_brief=1
 step cpu-codec-tests 60 "$build/tests/codec/codec_tests" --gtest_brief=1
+# The plugin's send/receive pipeline on the CUDA device operations (in-process transport, device buffers).
+step gpu-path-tests 60 "$build/tests/plugin/test_gpu_path_cuda" --gtest_brief=1 --setenv=ZIPCCL_GPU=auto \
+  --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0
 
 # Sanitizers on the small cases (the large ones would take minutes under instrumentation).
 san="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
@@ -70,10 +78,26 @@ hits = [p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "nccl", "li
 print(hits[0] if hits else "libnccl.so.2")' 2>/dev/null || echo libnccl.so.2)}"
 plugin="$build/plugin/libnccl-net-zipccl.so"
 echo "NCCL library: $nccl_lib"
-step nccl-check 150 "$build/tools/zipccl" nccl-check --np 2 --iters 20 --bytes 4M --plugin "$plugin" \
-  --nccl "$nccl_lib"
-step nccl-check-100-iters 60 "$build/tools/zipccl" nccl-check --np 3 --iters 100 --bytes 1M --types bf16 \
-  --colls allreduce --plugin "$plugin" --nccl "$nccl_lib"
+logs="$build/nccl-logs"
+rm -rf "$logs" && mkdir -p "$logs"
+gdr=(env NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
+     "NCCL_DEBUG_FILE=$logs/nccl.%h.%p.log")
+step nccl-check 150 "${gdr[@]}" "$build/tools/zipccl" nccl-check --np 2 --iters 20 --bytes 4M \
+  --plugin "$plugin" --nccl "$nccl_lib"
+step nccl-check-100-iters 60 "${gdr[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 "$build/tools/zipccl" nccl-check --np 3 \
+  --iters 100 --bytes 1M --types bf16 --colls allreduce --plugin "$plugin" --nccl "$nccl_lib"
+# The GPU path was used: CUDA device operations on, NCCL_PTR_CUDA taken (GDRDMA channels), and frames
+# encoded on the device (the plugin's per-comm INFO line at close).
+on=$(cat "$logs"/*.log 2>/dev/null | grep -c "GPU path: CUDA")
+gdrdma=$(cat "$logs"/*.log 2>/dev/null | grep -c "via NET/zipccl/[0-9]*/GDRDMA")
+encoded=$(cat "$logs"/*.log 2>/dev/null | sed -n 's/.*GPU path (send): \([0-9]*\) device messages, \([0-9]*\) sent as device-encoded frames.*/\2/p' \
+  | awk '{s += $1} END {print s + 0}')
+decoded=$(cat "$logs"/*.log 2>/dev/null | sed -n 's/.*GPU path (recv): [0-9]* device messages, \([0-9]*\) decoded on the device.*/\1/p' \
+  | awk '{s += $1} END {print s + 0}')
+echo "=== gpu-path: 'GPU path: CUDA' in $on logs, $gdrdma GDRDMA channels, $encoded frames encoded and $decoded decoded on the device"
+if [ "$on" -eq 0 ] || [ "$gdrdma" -eq 0 ] || [ "$encoded" -eq 0 ] || [ "$decoded" -eq 0 ]; then
+  echo "=== gpu-path: FAILED (the GPU path was not exercised; see $logs)"; status=1
+fi
 step pytorch-ddp 150 python3 "$root/tests/gpu/ddp_check.py" --plugin "$plugin" --np 2 --steps 30
 
 step bench 180 "$build/tests/gpu/zipccl_gpu_bench"

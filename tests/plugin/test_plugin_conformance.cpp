@@ -1,5 +1,7 @@
 // Conformance: every exported ncclNet_vN driven as NCCL's proxy drives it, over loopback.
-// The same binary runs under ZIPCCL_COMPRESS=never|always|auto (see CMakeLists.txt).
+// The same binary runs under ZIPCCL_COMPRESS=never|always|auto (see CMakeLists.txt), and again with
+// ZIPCCL_TEST_PTR=cuda and ZIPCCL_GPU=emulate: the buffers are then registered as NCCL_PTR_CUDA and go
+// through the plugin's GPU path (host emulation; docs/notes/gpu.md), odd receives marked LL/LL128.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,13 @@ namespace {
 
 constexpr size_t kGuard = 64;
 constexpr uint8_t kCanary = 0xA5;
+
+// NCCL_PTR_CUDA when the run tests the GPU path (ZIPCCL_TEST_PTR=cuda), else NCCL_PTR_HOST.
+bool device_run() {
+  const char* v = std::getenv("ZIPCCL_TEST_PTR");
+  return v && std::string(v) == "cuda";
+}
+int mem_type() { return device_run() ? NCCL_PTR_CUDA : NCCL_PTR_HOST; }
 
 struct Message {
   std::vector<uint8_t> src;
@@ -47,8 +56,10 @@ std::string run_transfer(NetApi* api, void* sc, void* rc, std::vector<Message>& 
     std::this_thread::yield();  // as NCCL's proxy does when idle: leaves the cores to codec workers
     while (next_recv < msgs.size() && static_cast<int>(recvs.size()) < window) {
       Message& m = msgs[next_recv];
-      if (!m.recv_mh && api->reg_mr(rc, m.dst.data(), m.capacity, NCCL_PTR_HOST, &m.recv_mh) != ncclSuccess)
+      if (!m.recv_mh && api->reg_mr(rc, m.dst.data(), m.capacity, mem_type(), &m.recv_mh) != ncclSuccess)
         return "regMr(recv) failed";
+      // NCCL v9+ marks LL/LL128 receives by storing NCCL_NET_OPTIONAL_RECV_COMPLETION (0x1) in *request.
+      m.recv_req = device_run() && api->version() >= 9 && next_recv % 2 ? reinterpret_cast<void*>(0x1) : nullptr;
       if (api->irecv(rc, m.dst.data(), m.capacity, 0, m.recv_mh, &m.recv_req) != ncclSuccess)
         return "irecv failed";
       if (!m.recv_req) break;  // NULL request: retry later
@@ -56,7 +67,7 @@ std::string run_transfer(NetApi* api, void* sc, void* rc, std::vector<Message>& 
     }
     while (next_send < msgs.size() && static_cast<int>(sends.size()) < window) {
       Message& m = msgs[next_send];
-      if (!m.send_mh && api->reg_mr(sc, m.src.data(), m.src.size(), NCCL_PTR_HOST, &m.send_mh) != ncclSuccess)
+      if (!m.send_mh && api->reg_mr(sc, m.src.data(), m.src.size(), mem_type(), &m.send_mh) != ncclSuccess)
         return "regMr(send) failed";
       if (api->isend(sc, m.src.data(), m.src.size(), 0, m.send_mh, &m.send_req) != ncclSuccess)
         return "isend failed";
@@ -131,7 +142,7 @@ TEST_P(Conformance, NameAndProperties) {
   Props p;
   ASSERT_EQ(api_->props(0, &p), ncclSuccess);
   EXPECT_FALSE(p.name.empty());
-  EXPECT_EQ(p.ptr_support, NCCL_PTR_HOST);
+  EXPECT_EQ(p.ptr_support, device_run() ? NCCL_PTR_HOST | NCCL_PTR_CUDA : NCCL_PTR_HOST);
   EXPECT_EQ(p.max_recvs, 1);
   EXPECT_GT(p.speed, 0);
   if (GetParam() >= 9) {
@@ -246,7 +257,9 @@ TEST_P(Conformance, RejectsDeviceMemoryAndBadPointers) {
   pair(&sc, &rc, &lc);
   char buf[64];
   void* mh = nullptr;
-  EXPECT_NE(api_->reg_mr(sc, buf, sizeof buf, NCCL_PTR_CUDA, &mh), ncclSuccess);
+  if (!device_run()) {
+    EXPECT_NE(api_->reg_mr(sc, buf, sizeof buf, NCCL_PTR_CUDA, &mh), ncclSuccess);
+  }
   EXPECT_EQ(api_->reg_mr(rc, buf, sizeof buf, NCCL_PTR_HOST, &mh), ncclSuccess);
   EXPECT_EQ(api_->dereg_mr(rc, mh), ncclSuccess);
   int junk[16] = {};

@@ -3,11 +3,14 @@
 // messages, injected completion failures, a vanished peer and a lying peer.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <deque>
 #include <random>
 #include <vector>
 
+#include "src/net_mr.h"
 #include "src/rdma_loopback.h"
 #include "src/rdma_proto.h"
 
@@ -21,6 +24,21 @@ struct Conn {
   std::unique_ptr<RdmaSendConn> s;
   std::unique_ptr<RdmaRecvConn> r;
 };
+
+MemDesc host_mem(void* p, size_t n) {
+  MemDesc d;
+  d.data = p;
+  d.size = n;
+  return d;
+}
+
+MemDesc device_mem(void* p, size_t n, int fd = -1, uint64_t offset = 0) {
+  MemDesc d = host_mem(p, n);
+  d.device = true;
+  d.dmabuf_fd = fd;
+  d.dmabuf_offset = offset;
+  return d;
+}
 
 Conn connect(int qps, uint32_t seed, RdmaParams p) {
   auto ends = make_loopback_pair(qps, seed);
@@ -405,9 +423,12 @@ TEST(RdmaProtoUnits, ImmediateEncoding) {
 // Buffers NCCL registered stay registered; anything else is registered per operation and released.
 TEST(RdmaProtoUnits, RegistrationCache) {
   Conn c = connect(1, 0, RdmaParams{});
-  std::vector<char> src = pattern(5000, 9), dst(5000), other = pattern(100, 4);
-  ASSERT_EQ(c.s->mrs().pin(src.data(), src.size()), ncclSuccess);
-  ASSERT_EQ(c.r->mrs().pin(dst.data(), dst.size()), ncclSuccess);
+  std::vector<char> src = pattern(5000, 9), dst(5000);
+  // On its own pages: a pinned range covers whole pages, so a buffer sharing one would use it.
+  std::unique_ptr<char, decltype(&std::free)> other(static_cast<char*>(std::aligned_alloc(4096, 4096)), &std::free);
+  std::memcpy(other.get(), pattern(100, 4).data(), 100);
+  ASSERT_EQ(c.s->mrs().pin(host_mem(src.data(), src.size())), ncclSuccess);
+  ASSERT_EQ(c.r->mrs().pin(host_mem(dst.data(), dst.size())), ncclSuccess);
   int base_s = c.sf->registrations_live(), base_r = c.rf->registrations_live();
   uint64_t regs_s = c.s->mrs().registrations(), regs_r = c.r->mrs().registrations();
   for (int i = 0; i < 20; ++i) {
@@ -424,10 +445,227 @@ TEST(RdmaProtoUnits, RegistrationCache) {
   EXPECT_EQ(c.s->mrs().registrations(), regs_s);  // all from the cache
   EXPECT_EQ(c.r->mrs().registrations(), regs_r);
   ASSERT_EQ(c.r->post_target(dst.data(), 100, 0), ncclSuccess);
-  ASSERT_EQ(send_and_wait(c, other.data(), 100, false), ncclSuccess);  // not pinned: temporary
+  ASSERT_EQ(send_and_wait(c, other.get(), 100, false), ncclSuccess);  // not pinned: temporary
   EXPECT_EQ(c.s->mrs().registrations(), regs_s + 1);
   EXPECT_EQ(c.sf->registrations_live(), base_s);
   EXPECT_EQ(c.rf->registrations_live(), base_r);
+}
+
+// ---- registration cache (NCCL's regMr) ----
+
+struct PageBuf {
+  char* p;
+  explicit PageBuf(size_t n) : p(static_cast<char*>(std::aligned_alloc(4096, n))) {}
+  ~PageBuf() { std::free(p); }
+};
+
+// Pins are widened to whole pages and shared: pinning the same buffer again, or another buffer inside
+// a registered range, costs no registration; the range goes with its last pin. Device memory gets its
+// own registrations (another registration path).
+TEST(RdmaMrCache, PageAlignedSharedAndCounted) {
+  auto ends = make_loopback_pair(1, 0);
+  LoopbackFabric* f = ends.first.get();
+  const int base = f->registrations_live();
+  PageBuf buf(4 * 4096);
+  {
+    MrCache cache(f, 4096);
+    ASSERT_EQ(cache.pin(host_mem(buf.p + 100, 5000)), ncclSuccess);  // pages 0..1
+    EXPECT_EQ(cache.registrations(), 1u);
+    ASSERT_EQ(f->reg_mems().size(), 1u);
+    EXPECT_EQ(f->reg_mems()[0].data, buf.p);
+    EXPECT_EQ(f->reg_mems()[0].size, 2u * 4096);
+    EXPECT_FALSE(f->reg_mems()[0].device);
+    ASSERT_EQ(cache.pin(host_mem(buf.p + 100, 5000)), ncclSuccess);  // the same again
+    ASSERT_EQ(cache.pin(host_mem(buf.p + 4096, 4096)), ncclSuccess);  // inside the range
+    EXPECT_EQ(cache.registrations(), 1u);
+    EXPECT_EQ(cache.refs(buf.p + 100), 3);
+    EXPECT_EQ(cache.ranges(), 1u);
+    MemRegion mr;
+    bool temp = true;
+    ASSERT_EQ(cache.get(buf.p + 2000, 6000, &mr, &temp), ncclSuccess);
+    EXPECT_FALSE(temp);  // covered by the pinned pages
+    ASSERT_EQ(cache.pin(device_mem(buf.p + 100, 5000)), ncclSuccess);  // device: its own range
+    EXPECT_EQ(cache.registrations(), 2u);
+    EXPECT_TRUE(f->reg_mems()[1].device);
+    ASSERT_EQ(cache.pin(host_mem(buf.p + 3 * 4096 - 10, 20)), ncclSuccess);  // beyond: a new range
+    EXPECT_EQ(cache.registrations(), 3u);
+    EXPECT_EQ(f->reg_mems()[2].data, buf.p + 2 * 4096);
+    EXPECT_EQ(f->reg_mems()[2].size, 2u * 4096);
+    EXPECT_EQ(f->registrations_live(), base + 3);
+    cache.unpin(buf.p + 100);
+    cache.unpin(buf.p + 4096);
+    EXPECT_EQ(cache.refs(buf.p + 100), 1);
+    EXPECT_EQ(f->registrations_live(), base + 3);
+    cache.unpin(buf.p + 100);  // the last host pin of the first range
+    EXPECT_EQ(f->registrations_live(), base + 2);
+    EXPECT_EQ(cache.refs(buf.p + 100), 1);  // the device pin at the same address remains
+    cache.unpin(buf.p + 100);
+    cache.unpin(buf.p + 12345);  // never pinned: nothing happens
+    EXPECT_EQ(f->registrations_live(), base + 1);
+    EXPECT_EQ(cache.ranges(), 1u);
+  }
+  EXPECT_EQ(f->registrations_live(), base);  // the cache releases what is left
+}
+
+// regMrDmaBuf: the dma-buf offset moves with the start of the page-aligned range; an offset too small
+// to move keeps the range exact.
+TEST(RdmaMrCache, DmaBufOffsetFollowsTheAlignment) {
+  auto ends = make_loopback_pair(1, 0);
+  LoopbackFabric* f = ends.first.get();
+  PageBuf buf(4 * 4096);
+  MrCache cache(f, 4096);
+  ASSERT_EQ(cache.pin(device_mem(buf.p + 100, 1000, 7, 5100)), ncclSuccess);
+  ASSERT_EQ(cache.pin(device_mem(buf.p + 2 * 4096 + 300, 1000, 8, 50)), ncclSuccess);
+  std::vector<MemDesc> m = f->reg_mems();
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].data, buf.p);
+  EXPECT_EQ(m[0].size, 4096u);
+  EXPECT_EQ(m[0].dmabuf_fd, 7);
+  EXPECT_EQ(m[0].dmabuf_offset, 5000u);
+  EXPECT_EQ(m[1].data, buf.p + 2 * 4096 + 300);
+  EXPECT_EQ(m[1].size, 1000u);
+  EXPECT_EQ(m[1].dmabuf_offset, 50u);
+}
+
+// ---- flush (NCCL's iflush after a receive into device memory) ----
+
+bool flush_done(Conn& c, int op, ncclResult_t* res) {
+  for (int i = 0; i < 10000; ++i) {
+    bool done = false;
+    *res = c.r->test_flush(op, &done);
+    if (*res != ncclSuccess) return false;
+    if (done) return true;
+  }
+  return false;
+}
+
+// A message lands in a pinned "device" buffer; the flush is one read on the loopback QP, completed
+// through test_flush, its slot released; the message data is untouched.
+TEST(RdmaFlush, ReadThroughTheLoopbackQpCompletesInTest) {
+  for (uint32_t seed : {0u, 5u}) {
+    Conn c = connect(2, seed, RdmaParams{});
+    PageBuf dst(8192);
+    std::vector<char> src = pattern(6000, 11);
+    ASSERT_EQ(c.r->pin(device_mem(dst.p, 8192)), ncclSuccess);
+    const int live = c.rf->registrations_live();
+    for (int round = 0; round < 3; ++round) {
+      ASSERT_EQ(c.r->post_target(dst.p, 8192, 0), ncclSuccess);
+      ASSERT_EQ(send_and_wait(c, src.data(), src.size(), false), ncclSuccess);
+      uint8_t meta[kMetaBytes];
+      uint64_t len;
+      ncclResult_t res;
+      ASSERT_TRUE(peek_ready(c, meta, &len, &res));
+      int op;
+      ASSERT_EQ(c.r->recv(dst.p, 8192, &op), ncclSuccess);
+      int fop = kNoOp;
+      ASSERT_EQ(c.r->flush(dst.p, len, &fop), ncclSuccess);
+      ASSERT_NE(fop, kNoOp);
+      EXPECT_EQ(c.r->flushes_in_flight(), 1);
+      ASSERT_TRUE(flush_done(c, fop, &res)) << res;
+      EXPECT_EQ(c.r->flushes_in_flight(), 0);
+      EXPECT_EQ(c.rf->flush_reads(), static_cast<uint64_t>(round + 1));
+      EXPECT_EQ(std::memcmp(dst.p, src.data(), src.size()), 0);
+    }
+    EXPECT_EQ(c.rf->registrations_live(), live + 1);  // the flush buffer is the only addition, once
+    EXPECT_EQ(c.sf->flush_reads(), 0u);
+  }
+}
+
+TEST(RdmaFlush, SeveralInFlightAndNothingToFlush) {
+  Conn c = connect(1, 3, RdmaParams{});
+  PageBuf dst(3 * 4096);
+  ASSERT_EQ(c.r->pin(device_mem(dst.p, 3 * 4096)), ncclSuccess);
+  int op = 0;
+  ASSERT_EQ(c.r->flush(dst.p, 0, &op), ncclSuccess);  // an empty receive: nothing landed
+  EXPECT_EQ(op, kNoOp);
+  int ops[3];
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(c.r->flush(dst.p + i * 4096, 10, &ops[i]), ncclSuccess);
+  EXPECT_EQ(c.r->flushes_in_flight(), 3);
+  ncclResult_t res;
+  for (int i : {2, 0, 1}) ASSERT_TRUE(flush_done(c, ops[i], &res)) << i;
+  EXPECT_EQ(c.r->flushes_in_flight(), 0);
+  bool done = false;
+  EXPECT_EQ(c.r->test_flush(ops[0], &done), ncclInternalError);  // already completed and released
+  EXPECT_EQ(c.r->test_flush(-1, &done), ncclInternalError);
+}
+
+// A buffer NCCL did not register gets a registration for the flush only.
+TEST(RdmaFlush, UnpinnedBufferIsRegisteredForTheFlushOnly) {
+  Conn c = connect(1, 0, RdmaParams{});
+  PageBuf dst(4096);
+  int op;
+  ASSERT_EQ(c.r->flush(dst.p, 100, &op), ncclSuccess);  // registers the flush buffer too
+  ncclResult_t res;
+  ASSERT_TRUE(flush_done(c, op, &res));
+  const int live = c.rf->registrations_live();
+  const uint64_t regs = c.r->mrs().registrations();
+  ASSERT_EQ(c.r->flush(dst.p, 100, &op), ncclSuccess);
+  EXPECT_EQ(c.rf->registrations_live(), live + 1);
+  ASSERT_TRUE(flush_done(c, op, &res));
+  EXPECT_EQ(c.rf->registrations_live(), live);
+  EXPECT_EQ(c.r->mrs().registrations(), regs + 1);
+}
+
+// A failed flush read fails the connection with the status text; later flushes fail at once.
+TEST(RdmaFlush, FailedReadIsAnError) {
+  Conn c = connect(1, 0, RdmaParams{});
+  PageBuf dst(4096);
+  ASSERT_EQ(c.r->pin(device_mem(dst.p, 4096)), ncclSuccess);
+  c.rf->inject_failure(0, "local protection error");
+  int op;
+  ASSERT_EQ(c.r->flush(dst.p, 64, &op), ncclSuccess);
+  ncclResult_t res = ncclSuccess;
+  EXPECT_FALSE(flush_done(c, op, &res));
+  EXPECT_EQ(res, ncclSystemError);
+  EXPECT_NE(c.r->error().find("flush read"), std::string::npos) << c.r->error();
+  EXPECT_NE(c.r->error().find("local protection error"), std::string::npos) << c.r->error();
+  EXPECT_EQ(c.r->flush(dst.p, 64, &op), ncclSystemError);
+}
+
+TEST(RdmaFlush, BoundedInFlight) {
+  RdmaParams p;
+  p.max_ops = 128;
+  Conn c = connect(1, 0, p);
+  PageBuf dst(4096);
+  ASSERT_EQ(c.r->pin(device_mem(dst.p, 4096)), ncclSuccess);
+  std::vector<int> ops;
+  for (int i = 0; i < Fabric::kMaxFlushReads; ++i) {
+    int op;
+    ASSERT_EQ(c.r->flush(dst.p, 8, &op), ncclSuccess);
+    ops.push_back(op);
+  }
+  int op;
+  EXPECT_EQ(c.r->flush(dst.p, 8, &op), ncclInternalError);
+  ncclResult_t res;
+  for (int o : ops) ASSERT_TRUE(flush_done(c, o, &res));
+  EXPECT_EQ(c.r->flush(dst.p, 8, &op), ncclSuccess);
+  ASSERT_TRUE(flush_done(c, op, &res));
+}
+
+// The request iflush hands NCCL (net_mr.h): test() completes it once the read did, and frees it.
+TEST(RdmaFlush, FlushRequestThroughTest) {
+  Conn c = connect(1, 9, RdmaParams{});
+  PageBuf dst(4096);
+  ASSERT_EQ(c.r->pin(device_mem(dst.p, 4096)), ncclSuccess);
+  DeviceFlusher* f = dynamic_cast<DeviceFlusher*>(static_cast<RecvConn*>(c.r.get()));
+  ASSERT_NE(f, nullptr);
+  for (int round = 0; round < 3; ++round) {
+    int op;
+    ASSERT_EQ(f->flush(dst.p, 4096, &op), ncclSuccess);
+    auto* req = new FlushRequest;
+    req->flusher = f;
+    req->op = op;
+    ASSERT_TRUE(is_flush_request(req));
+    int done = 0, polls = 0;
+    size_t size = 99;
+    while (!done && polls++ < 10000) ASSERT_EQ(test_flush_request(req, &done, &size), ncclSuccess);
+    EXPECT_EQ(done, 1);
+    EXPECT_EQ(size, 0u);
+    EXPECT_EQ(c.r->flushes_in_flight(), 0);
+  }
+  int junk[8] = {};
+  EXPECT_FALSE(is_flush_request(junk));
+  EXPECT_FALSE(is_flush_request(nullptr));
 }
 
 }  // namespace

@@ -91,11 +91,12 @@ void run_stack(bool hint, uint32_t seed) {
   int posted_s = 0, posted_r = 0, done_s = 0, done_r = 0;
   for (int guard = 0; (done_s < kMessages || done_r < kMessages) && guard < 5000000; ++guard) {
     if (posted_r < kMessages && posted_r < done_r + kWindow) {
-      ASSERT_EQ(recv.irecv(dst[posted_r].data(), dst[posted_r].size(), 0, &rreq[posted_r]), ncclSuccess);
+      ASSERT_EQ(recv.irecv(dst[posted_r].data(), dst[posted_r].size(), 0, /*device=*/false, /*marked=*/false,
+                         &rreq[posted_r]), ncclSuccess);
       if (rreq[posted_r]) ++posted_r;
     }
     if (posted_s < kMessages && posted_s < done_s + kWindow) {
-      ASSERT_EQ(send.isend(src[posted_s].data(), src[posted_s].size(), 0, &sreq[posted_s]), ncclSuccess);
+      ASSERT_EQ(send.isend(src[posted_s].data(), src[posted_s].size(), 0, /*device=*/false, &sreq[posted_s]), ncclSuccess);
       if (sreq[posted_s]) ++posted_s;
     }
     if (done_s < posted_s) {

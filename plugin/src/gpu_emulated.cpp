@@ -1,0 +1,189 @@
+// Host emulation of the device operations, for tests on machines without a GPU (ZIPCCL_GPU=emulate).
+// "Device memory" is host memory; each stream is a helper thread that runs its work in order, each item
+// after ZIPCCL_GPU_EMULATE_DELAY_US, so a pipeline that reads a buffer before its copy finished, or
+// reports completion before the decode, fails its tests (and shows under TSan). The codec is the CPU
+// codec, whose frames are byte-identical to the CUDA codec's. ZIPCCL_GPU_EMULATE_FAIL_EVERY=N makes
+// every Nth encode or decode report a codec error, as a faulting kernel would.
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "gpu_path.h"
+#include "log.h"
+#include "settings.h"
+
+namespace zipccl {
+namespace net {
+namespace gpu {
+namespace {
+
+struct EmuStream {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> work;
+  uint64_t submitted = 0;            // guarded by mu (proxy thread only)
+  std::atomic<uint64_t> completed{0};
+  bool stop = false;
+  std::thread thread;
+};
+
+struct EmuEvent {
+  EmuStream* stream;
+  uint64_t target = 0;
+};
+
+class EmulatedOps final : public DeviceOps {
+ public:
+  EmulatedOps() : delay_us_(settings().gpu_emulate_delay_us), fail_every_(settings().gpu_emulate_fail_every) {}
+  const char* name() const override { return "host emulation (tests)"; }
+  int device_of(const void*) override { return 0; }
+  ncclResult_t make_current(int) override { return ncclSuccess; }
+
+  ncclResult_t create_stream(int, void** stream) override {
+    auto* s = new EmuStream;
+    s->thread = std::thread([s, this] { run(s); });
+    *stream = s;
+    return ncclSuccess;
+  }
+  void destroy_stream(void* stream) override {
+    auto* s = static_cast<EmuStream*>(stream);
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->stop = true;
+    }
+    s->cv.notify_all();
+    s->thread.join();  // drains the queue first, like cudaStreamSynchronize + destroy
+    delete s;
+  }
+  ncclResult_t create_event(void* stream, void** event) override {
+    *event = new EmuEvent{static_cast<EmuStream*>(stream)};
+    return ncclSuccess;
+  }
+  void destroy_event(void* event) override { delete static_cast<EmuEvent*>(event); }
+  ncclResult_t alloc_device(size_t n, void** p) override { return alloc(n, p); }
+  void free_device(void* p) override { std::free(p); }
+  ncclResult_t alloc_host(size_t n, void** p) override { return alloc(n, p); }
+  void free_host(void* p) override { std::free(p); }
+
+  ncclResult_t encode(void* stream, const void* src, size_t n, void* dst, size_t cap, codec::ElemType type,
+                      int, Result* out) override {
+    bool fail = inject();
+    submit(stream, [=] {
+      size_t size = 0;
+      codec::Status st = codec::Status::kInvalidArgument;
+      if (!fail) {
+        codec::EncodeOptions opt;
+        opt.type = type;
+        opt.threads = 1;
+        st = codec::encode(src, n, dst, cap, &size, opt);
+      }
+      publish(out, size, st);
+    });
+    return ncclSuccess;
+  }
+  ncclResult_t decode(void* stream, const void* src, size_t n, void* dst, size_t cap, int,
+                      Result* out) override {
+    bool fail = inject();
+    submit(stream, [=] {
+      size_t size = 0;
+      codec::Status st = codec::Status::kCorrupt;
+      if (!fail) {
+        codec::DecodeOptions opt;
+        opt.threads = 1;
+        st = codec::decode(src, n, dst, cap, &size, opt);
+      }
+      publish(out, st == codec::Status::kOk ? size : 0, st);
+    });
+    return ncclSuccess;
+  }
+  ncclResult_t copy(void* stream, void* dst, const void* src, size_t n, Copy) override {
+    if (n) submit(stream, [=] { std::memcpy(dst, src, n); });
+    return ncclSuccess;
+  }
+  ncclResult_t land_lines(void* stream, void* dst, const void* src, size_t n) override {
+    submit(stream, [=] {
+      line_order(n, [&](const Piece& p) {
+        // The emulation only needs program order (one thread writes); the kernel uses __threadfence().
+        if (p.fence_before) std::atomic_signal_fence(std::memory_order_seq_cst);
+        std::memcpy(static_cast<char*>(dst) + p.offset, static_cast<const char*>(src) + p.offset, p.length);
+      });
+    });
+    return ncclSuccess;
+  }
+  ncclResult_t record(void* stream, void* event) override {
+    auto* s = static_cast<EmuStream*>(stream);
+    auto* e = static_cast<EmuEvent*>(event);
+    std::lock_guard<std::mutex> lock(s->mu);
+    e->target = s->submitted;
+    return ncclSuccess;
+  }
+  ncclResult_t query(void* event, bool* done) override {
+    auto* e = static_cast<EmuEvent*>(event);
+    *done = e->stream->completed.load(std::memory_order_acquire) >= e->target;
+    return ncclSuccess;
+  }
+
+ private:
+  static ncclResult_t alloc(size_t n, void** p) {
+    *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!*p) {
+      ZIPCCL_WARN("emulated allocation of %zu bytes failed", n);
+      return ncclSystemError;
+    }
+    return ncclSuccess;
+  }
+  bool inject() {
+    if (fail_every_ <= 0) return false;
+    return ++codec_ops_ % static_cast<uint64_t>(fail_every_) == 0;
+  }
+  static void publish(Result* out, size_t size, codec::Status st) {
+    out->size = size;
+    out->status = static_cast<int32_t>(st);
+    __atomic_store_n(&out->ready, 1u, __ATOMIC_RELEASE);
+  }
+  void submit(void* stream, std::function<void()> fn) {
+    auto* s = static_cast<EmuStream*>(stream);
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->work.push_back(std::move(fn));
+      ++s->submitted;
+    }
+    s->cv.notify_one();
+  }
+  void run(EmuStream* s) {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(s->mu);
+        s->cv.wait(lock, [s] { return s->stop || !s->work.empty(); });
+        if (s->work.empty()) return;
+        fn = std::move(s->work.front());
+        s->work.pop_front();
+      }
+      if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
+      fn();
+      s->completed.fetch_add(1, std::memory_order_release);
+    }
+  }
+
+  const int delay_us_;
+  const int fail_every_;
+  std::atomic<uint64_t> codec_ops_{0};
+};
+
+}  // namespace
+
+DeviceOps* emulated_ops() {
+  static EmulatedOps* ops = new EmulatedOps;  // lives as long as the process (the plugin is nodelete)
+  return ops;
+}
+
+}  // namespace gpu
+}  // namespace net
+}  // namespace zipccl

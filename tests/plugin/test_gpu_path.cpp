@@ -1,0 +1,466 @@
+// The plugin's GPU path on the CPU: the flag-last line order and the LL/LL128 marker logic, the host
+// emulation of the device operations, and SendComm/RecvComm moving device-typed buffers through the
+// emulated pipeline over an in-process transport (many in flight, delayed stream work, raw fallback,
+// failing encode/decode). Registered several times with different settings (--setenv, env_main.cpp):
+// ZIPCCL_GPU=emulate with ZIPCCL_COMPRESS, ZIPCCL_GPU_EMULATE_DELAY_US and
+// ZIPCCL_GPU_EMULATE_FAIL_EVERY varied (tests needing another setting skip), and, where CUDA is built,
+// as test_gpu_path_cuda with ZIPCCL_GPU=auto: the pipeline tests then use the CUDA device operations
+// on a GPU (label gpu; they skip without one).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "plugin_data.h"
+#include "src/comm.h"
+#include "src/frame.h"
+#include "src/gpu_path.h"
+#include "src/log.h"
+#include "src/settings.h"
+
+using namespace zipccl::net;
+using zipccl_test::DataKind;
+using zipccl_test::make_data;
+
+namespace {
+
+// The comms' INFO lines (their GPU-path counters at close).
+std::mutex g_log_mu;
+std::vector<std::string> g_log;
+void capture(ncclDebugLogLevel level, unsigned long, const char* file, int line, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (level == NCCL_LOG_WARN) std::fprintf(stderr, "[WARN %s:%d] %s\n", file, line, buf);
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  g_log.push_back(buf);
+}
+// From the last "GPU path (send): N device messages, M sent as device-encoded frames" line.
+std::pair<long, long> last_send_counters() {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  for (auto it = g_log.rbegin(); it != g_log.rend(); ++it) {
+    long n = -1, m = -1;
+    const char* p = std::strstr(it->c_str(), "GPU path (send): ");
+    if (p && std::sscanf(p, "GPU path (send): %ld device messages, %ld", &n, &m) == 2) return {n, m};
+  }
+  return {-1, -1};
+}
+
+// ---- flag-last line order ----
+
+TEST(GpuPathLines, EveryByteOnceFlagLastAfterAFence) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{8}, size_t{9}, size_t{120}, size_t{127}, size_t{128},
+                   size_t{129}, size_t{136}, size_t{1000}, size_t{4800} * 128, size_t{4800} * 128 + 77}) {
+    std::vector<int> writes(n, 0);
+    std::vector<gpu::Piece> pieces;
+    gpu::line_order(n, [&](const gpu::Piece& p) { pieces.push_back(p); });
+    for (const gpu::Piece& p : pieces) {
+      for (size_t i = p.offset; i < p.offset + p.length; ++i) ++writes[i];
+    }
+    EXPECT_TRUE(std::all_of(writes.begin(), writes.end(), [](int w) { return w == 1; })) << n;
+    // Within each line: the body first, then (after a fence) the line's last 8 bytes.
+    std::map<size_t, std::vector<gpu::Piece>> by_line;
+    for (const gpu::Piece& p : pieces) by_line[p.offset / gpu::kLineBytes].push_back(p);
+    for (auto& [line, ps] : by_line) {
+      size_t end = std::min(n, (line + 1) * gpu::kLineBytes);
+      if (end - line * gpu::kLineBytes > gpu::kFlagBytes) {
+        ASSERT_EQ(ps.size(), 2u) << n;
+        EXPECT_FALSE(ps[0].fence_before);
+        EXPECT_TRUE(ps[1].fence_before);
+        EXPECT_EQ(ps[1].offset + ps[1].length, end);
+        EXPECT_EQ(ps[1].length, gpu::kFlagBytes);
+        EXPECT_LT(ps[0].offset, ps[1].offset);
+      } else {
+        ASSERT_EQ(ps.size(), 1u);
+      }
+    }
+  }
+}
+
+TEST(GpuPathLines, MarkerAndLandingDecision) {
+  void* none = nullptr;
+  void* marked = reinterpret_cast<void*>(gpu::kOptionalRecvCompletion);
+  int x = 0;
+  void* stale = &x;  // a previous request pointer left in NCCL's slot is not a mark
+  void* two = reinterpret_cast<void*>(uintptr_t{2});
+  EXPECT_FALSE(gpu::marks_flag_protocol(nullptr));
+  EXPECT_FALSE(gpu::marks_flag_protocol(&none));
+  EXPECT_TRUE(gpu::marks_flag_protocol(&marked));
+  EXPECT_FALSE(gpu::marks_flag_protocol(&stale));
+  EXPECT_FALSE(gpu::marks_flag_protocol(&two));
+  EXPECT_TRUE(gpu::needs_ordered_landing(gpu::Landing::kOrdered, false));
+  EXPECT_TRUE(gpu::needs_ordered_landing(gpu::Landing::kOrdered, true));
+  EXPECT_TRUE(gpu::needs_ordered_landing(gpu::Landing::kMarked, true));
+  EXPECT_FALSE(gpu::needs_ordered_landing(gpu::Landing::kMarked, false));
+}
+
+// ---- the emulated device operations ----
+
+TEST(GpuPathEmulation, StreamOrderEventsAndCodec) {
+  if (settings().gpu != "emulate") GTEST_SKIP() << "emulation only (host pointers as device memory)";
+  gpu::DeviceOps* ops = gpu::device_ops();
+  ASSERT_NE(ops, nullptr);
+  void* stream = nullptr;
+  ASSERT_EQ(ops->create_stream(0, &stream), ncclSuccess);
+  void* ev = nullptr;
+  ASSERT_EQ(ops->create_event(stream, &ev), ncclSuccess);
+  const size_t n = (256 << 10) + 6;
+  std::vector<uint8_t> src = make_data(DataKind::kBf16Gauss, n, 3);
+  size_t cap = zipccl::codec::max_encoded_size(n);
+  void *frame = nullptr, *host = nullptr, *dev2 = nullptr, *out = nullptr, *res_mem = nullptr;
+  ASSERT_EQ(ops->alloc_device(cap, &frame), ncclSuccess);
+  ASSERT_EQ(ops->alloc_host(cap, &host), ncclSuccess);
+  ASSERT_EQ(ops->alloc_device(cap, &dev2), ncclSuccess);
+  ASSERT_EQ(ops->alloc_device(n, &out), ncclSuccess);
+  ASSERT_EQ(ops->alloc_host(2 * sizeof(gpu::Result), &res_mem), ncclSuccess);
+  auto* res = static_cast<gpu::Result*>(res_mem);
+  gpu::result_clear(res);
+  gpu::result_clear(res + 1);
+  // encode -> D2H (whole bound) -> H2D -> decode -> land: each step reads what the previous wrote, so
+  // the result is only right if the stream keeps its order.
+  ASSERT_EQ(ops->encode(stream, src.data(), n, frame, cap, zipccl::codec::ElemType::kBf16, 0, res), ncclSuccess);
+  ASSERT_EQ(ops->copy(stream, host, frame, cap, gpu::Copy::kDeviceToHost), ncclSuccess);
+  ASSERT_EQ(ops->copy(stream, dev2, host, cap, gpu::Copy::kHostToDevice), ncclSuccess);
+  std::vector<uint8_t> dst(n + 64, 0xA5);
+  ASSERT_EQ(ops->record(stream, ev), ncclSuccess);
+  bool done = false;
+  while (!done) ASSERT_EQ(ops->query(ev, &done), ncclSuccess);
+  ASSERT_TRUE(gpu::result_ready(res));
+  ASSERT_EQ(res->status, 0);
+  ASSERT_LT(res->size, n);
+  ASSERT_EQ(ops->decode(stream, dev2, res->size, out, n, 0, res + 1), ncclSuccess);
+  ASSERT_EQ(ops->land_lines(stream, dst.data(), out, n), ncclSuccess);
+  ASSERT_EQ(ops->record(stream, ev), ncclSuccess);
+  done = false;
+  while (!done) ASSERT_EQ(ops->query(ev, &done), ncclSuccess);
+  ASSERT_TRUE(gpu::result_ready(res + 1));
+  EXPECT_EQ(res[1].size, n);
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin()));
+  for (size_t i = n; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xA5);
+  ops->destroy_event(ev);
+  ops->destroy_stream(stream);
+  for (void* p : {frame, dev2, out}) ops->free_device(p);
+  ops->free_host(host);
+  ops->free_host(res_mem);
+}
+
+// ---- the pipeline over an in-process transport ----
+
+// Messages travel through a shared queue. post() copies the payload only when the op "completes",
+// several test() calls later, so a sender that reuses or frees a payload too early is caught; recv()
+// likewise fills the destination late.
+struct Wire {
+  std::mutex mu;
+  std::deque<std::pair<std::vector<uint8_t>, const void*>> queue;  // meta + payload pointer
+  std::deque<size_t> lens;
+  std::deque<std::vector<uint8_t>> payloads;  // filled when the send op completes
+};
+
+class FakeSend final : public SendConn {
+ public:
+  explicit FakeSend(Wire* w) : w_(w) {}
+  ncclResult_t post(const uint8_t* meta, const void* payload, size_t len, int* op) override {
+    *op = next_++;
+    ops_[*op] = Pending{std::vector<uint8_t>(meta, meta + kMetaBytes), payload, len, 3};
+    return ncclSuccess;
+  }
+  ncclResult_t test(int op, bool* done) override {
+    *done = false;
+    // Complete in order, one per call, after a few calls: the payload is read only now.
+    auto it = ops_.begin();
+    if (it != ops_.end() && --it->second.countdown <= 0) {
+      std::lock_guard<std::mutex> lock(w_->mu);
+      const uint8_t* p = static_cast<const uint8_t*>(it->second.payload);
+      w_->payloads.emplace_back(p, p + it->second.len);
+      w_->queue.emplace_back(it->second.meta, nullptr);
+      w_->lens.push_back(it->second.len);
+      ops_.erase(it);
+    }
+    *done = ops_.find(op) == ops_.end();
+    return ncclSuccess;
+  }
+  void link_progress(uint64_t* d, uint64_t* b) override { *d = *b = 0; }
+
+ private:
+  struct Pending {
+    std::vector<uint8_t> meta;
+    const void* payload;
+    size_t len;
+    int countdown;
+  };
+  Wire* w_;
+  int next_ = 0;
+  std::map<int, Pending> ops_;
+};
+
+class FakeRecv final : public RecvConn {
+ public:
+  explicit FakeRecv(Wire* w) : w_(w) {}
+  ncclResult_t peek(uint8_t* meta, uint64_t* len, bool* ready) override {
+    std::lock_guard<std::mutex> lock(w_->mu);
+    *ready = !w_->queue.empty();
+    if (*ready) {
+      std::memcpy(meta, w_->queue.front().first.data(), kMetaBytes);
+      *len = w_->lens.front();
+    }
+    return ncclSuccess;
+  }
+  ncclResult_t recv(void* dst, size_t cap, int* op) override {
+    std::lock_guard<std::mutex> lock(w_->mu);
+    if (w_->payloads.front().size() > cap) return ncclSystemError;
+    *op = next_++;
+    ops_[*op] = Pending{std::move(w_->payloads.front()), dst, 2};
+    w_->payloads.pop_front();
+    w_->queue.pop_front();
+    w_->lens.pop_front();
+    return ncclSuccess;
+  }
+  ncclResult_t test(int op, bool* done) override {
+    auto it = ops_.find(op);
+    if (it == ops_.end()) return ncclInternalError;
+    *done = --it->second.countdown <= 0;
+    if (*done) {
+      std::memcpy(it->second.dst, it->second.bytes.data(), it->second.bytes.size());
+      ops_.erase(it);
+    }
+    return ncclSuccess;
+  }
+
+ private:
+  struct Pending {
+    std::vector<uint8_t> bytes;
+    void* dst;
+    int countdown;
+  };
+  Wire* w_;
+  int next_ = 0;
+  std::map<int, Pending> ops_;
+};
+
+struct Outcome {
+  std::string error;     // first failure, "" when every message arrived bit-exact
+  bool recv_failed = false;
+};
+
+// Device buffers through the device operations under test (host memory in the emulation, cudaMalloc
+// on a GPU), filled and read back on a scratch stream of their own.
+class DeviceMem {
+ public:
+  DeviceMem() : ops_(gpu::device_ops()) {
+    if (!ops_) return;
+    ops_->make_current(0);
+    ops_->create_stream(0, &stream_);
+    ops_->create_event(stream_, &event_);
+  }
+  ~DeviceMem() {
+    if (!ops_) return;
+    ops_->destroy_event(event_);
+    ops_->destroy_stream(stream_);
+    for (void* p : bufs_) ops_->free_device(p);
+  }
+  void* upload(const uint8_t* p, size_t n) {
+    void* d = nullptr;
+    if (ops_->alloc_device(std::max<size_t>(n, 1), &d) != ncclSuccess) return nullptr;
+    bufs_.push_back(d);
+    ops_->copy(stream_, d, p, n, gpu::Copy::kHostToDevice);
+    sync();
+    return d;
+  }
+  void download(uint8_t* p, const void* d, size_t n) {
+    ops_->copy(stream_, p, d, n, gpu::Copy::kDeviceToHost);
+    sync();
+  }
+
+ private:
+  void sync() {
+    ops_->record(stream_, event_);
+    bool done = false;
+    while (!done && ops_->query(event_, &done) == ncclSuccess) {
+    }
+  }
+  gpu::DeviceOps* ops_;
+  void* stream_ = nullptr;
+  void* event_ = nullptr;
+  std::vector<void*> bufs_;
+};
+
+// Sends msgs[i] device-typed (or host, per `device`) with up to `window` in flight per side, checks
+// every completed receive immediately (a completion before the decode shows as wrong bytes).
+Outcome run_pipeline(const std::vector<std::vector<uint8_t>>& msgs, int window, bool device_send,
+                     bool device_recv, bool mark_odd) {
+  set_logger(capture);
+  DeviceMem mem;  // declared first: its buffers outlive the comms (their close waits for the streams)
+  Wire wire;
+  DeviceInfo dev;
+  dev.name = "fake";
+  SendComm send(new FakeSend(&wire), dev);
+  RecvComm recv(new FakeRecv(&wire), dev);
+  const size_t kGuard = 64;
+  std::vector<std::vector<uint8_t>> dst(msgs.size());
+  for (size_t i = 0; i < msgs.size(); ++i) dst[i].assign(msgs[i].size() + 100 + kGuard, 0xA5);
+  std::vector<void*> sbuf(msgs.size()), rbuf(msgs.size());
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    sbuf[i] = device_send ? mem.upload(msgs[i].data(), msgs[i].size()) : const_cast<uint8_t*>(msgs[i].data());
+    rbuf[i] = device_recv ? mem.upload(dst[i].data(), dst[i].size()) : dst[i].data();
+    if ((device_send && !sbuf[i]) || (device_recv && !rbuf[i])) {
+      Outcome o;
+      o.error = "device allocation failed";
+      return o;
+    }
+  }
+  std::vector<void*> sreq(msgs.size()), rreq(msgs.size());
+  size_t ps = 0, pr = 0, ds = 0, dr = 0;
+  Outcome out;
+  auto t0 = std::chrono::steady_clock::now();
+  while (ds < msgs.size() || dr < msgs.size()) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) {
+      out.error = "timeout (hang)";
+      return out;
+    }
+    if (pr < msgs.size() && pr < dr + window) {
+      void* req = mark_odd && pr % 2 ? reinterpret_cast<void*>(gpu::kOptionalRecvCompletion) : nullptr;
+      bool marked = gpu::marks_flag_protocol(&req);
+      req = nullptr;
+      if (recv.irecv(rbuf[pr], dst[pr].size() - kGuard, 0, device_recv, marked, &req) != ncclSuccess) {
+        out.error = "irecv failed";
+        out.recv_failed = true;
+        return out;
+      }
+      if (req) rreq[pr++] = req;
+    }
+    if (ps < msgs.size() && ps < ds + window) {
+      void* req = nullptr;
+      if (send.isend(sbuf[ps], msgs[ps].size(), 0, device_send, &req) != ncclSuccess) {
+        out.error = "isend failed";
+        return out;
+      }
+      if (req) sreq[ps++] = req;
+    }
+    for (size_t i = ds; i < ps; ++i) {  // any order: NCCL tests the oldest, but may test others
+      if (!sreq[i]) continue;
+      int done = 0;
+      size_t size = 0;
+      if (send.test(sreq[i], &done, &size) != ncclSuccess) {
+        out.error = "send test failed";
+        return out;
+      }
+      if (done) {
+        if (size != msgs[i].size()) out.error = "send size";
+        sreq[i] = nullptr;
+      }
+      if (i == ds && !sreq[i]) ++ds;
+    }
+    while (ds < ps && !sreq[ds]) ++ds;
+    if (dr < pr) {
+      int done = 0;
+      size_t size = 0;
+      if (recv.test(rreq[dr], &done, &size) != ncclSuccess) {
+        out.error = "recv test failed";
+        out.recv_failed = true;
+        return out;
+      }
+      if (done) {
+        if (device_recv) mem.download(dst[dr].data(), rbuf[dr], dst[dr].size());
+        if (size != msgs[dr].size()) {
+          out.error = "recv size " + std::to_string(size) + " of " + std::to_string(msgs[dr].size());
+          return out;
+        }
+        if (!std::equal(msgs[dr].begin(), msgs[dr].end(), dst[dr].begin())) {
+          out.error = "payload differs at completion (message " + std::to_string(dr) + ")";
+          return out;
+        }
+        for (size_t k = msgs[dr].size(); k < dst[dr].size(); ++k) {
+          if (dst[dr][k] != 0xA5) {
+            out.error = "byte past the message written (message " + std::to_string(dr) + ")";
+            return out;
+          }
+        }
+        ++dr;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<uint8_t>> mixed_messages(int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const size_t sizes[] = {0, 1, 7, 127, 128, 129, 4097, 65535, 65537, (256 << 10) + 3, 1 << 20, (3 << 20) + 5};
+  std::vector<std::vector<uint8_t>> msgs;
+  for (int i = 0; i < count; ++i) {
+    size_t n = sizes[rng() % (sizeof sizes / sizeof sizes[0])];
+    if (rng() % 4 == 0) n = rng() % (700 << 10);
+    auto kind = static_cast<DataKind>(rng() % static_cast<int>(DataKind::kCount));
+    msgs.push_back(make_data(kind, n, seed * 1000 + i));
+  }
+  return msgs;
+}
+
+class GpuPathPipeline : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu::device_ops()) GTEST_SKIP() << "no device operations (ZIPCCL_GPU=emulate, or a usable GPU)";
+    if (settings().gpu_emulate_fail_every != 0) GTEST_SKIP() << "run without failure injection";
+  }
+};
+
+TEST_F(GpuPathPipeline, DeviceToDeviceManyInFlightBitExact) {
+  auto msgs = mixed_messages(60, 1);
+  Outcome o = run_pipeline(msgs, 8, true, true, false);
+  EXPECT_EQ(o.error, "");
+}
+
+TEST_F(GpuPathPipeline, DeepWindowAndMarkedReceives) {
+  auto msgs = mixed_messages(120, 2);
+  Outcome o = run_pipeline(msgs, 40, true, true, true);  // window above 32, odd receives LL-marked
+  EXPECT_EQ(o.error, "");
+}
+
+TEST_F(GpuPathPipeline, MixedHostAndDeviceEnds) {
+  auto msgs = mixed_messages(30, 3);
+  EXPECT_EQ(run_pipeline(msgs, 8, true, false, false).error, "");   // device send, host receive
+  EXPECT_EQ(run_pipeline(msgs, 8, false, true, true).error, "");    // host send, device receive
+  EXPECT_EQ(run_pipeline(msgs, 8, false, false, false).error, "");  // today's CPU path
+}
+
+TEST_F(GpuPathPipeline, IncompressibleGoesRawAndCompressibleAsFrames) {
+  // Random bytes never shrink (raw fallback after the device encode); Gaussian bf16 does.
+  std::vector<std::vector<uint8_t>> msgs;
+  for (int i = 0; i < 6; ++i) msgs.push_back(make_data(DataKind::kRandom, (512 << 10) + i, 40 + i));
+  for (int i = 0; i < 6; ++i) msgs.push_back(make_data(DataKind::kBf16Gauss, (512 << 10) + 2 * i, 50 + i));
+  EXPECT_EQ(run_pipeline(msgs, 4, true, true, false).error, "");
+  auto [device_msgs, encoded] = last_send_counters();
+  EXPECT_EQ(device_msgs, 12);
+  if (settings().compress == CompressMode::kNever) {
+    EXPECT_EQ(encoded, 0);
+  } else if (settings().compress == CompressMode::kAlways) {
+    EXPECT_EQ(encoded, 6);  // the Gaussian half; the random half went raw after its device encode
+  }
+}
+
+// Registered with ZIPCCL_GPU_EMULATE_FAIL_EVERY: a failing device encode sends raw (the data still
+// arrives), a failing device decode is an error on the receive - never a hang.
+TEST(GpuPathFaults, FailingCodecIsAnErrorNotAHang) {
+  if (settings().gpu != "emulate" || settings().gpu_emulate_fail_every == 0) {
+    GTEST_SKIP() << "needs ZIPCCL_GPU=emulate and ZIPCCL_GPU_EMULATE_FAIL_EVERY";
+  }
+  if (settings().compress != CompressMode::kAlways) GTEST_SKIP() << "needs ZIPCCL_COMPRESS=always";
+  std::vector<std::vector<uint8_t>> msgs;
+  for (int i = 0; i < 12; ++i) msgs.push_back(make_data(DataKind::kBf16Gauss, (300 << 10) + i, 70 + i));
+  // Device send, host receive: every failure is an encode (the receiver decodes on the CPU): all arrive.
+  EXPECT_EQ(run_pipeline(msgs, 4, true, false, false).error, "");
+  // Host send, device receive: the failures hit device decodes: the receive errors out.
+  Outcome o = run_pipeline(msgs, 4, false, true, false);
+  EXPECT_TRUE(o.recv_failed) << o.error;
+  EXPECT_NE(o.error, "timeout (hang)");
+}
+
+}  // namespace
