@@ -18,9 +18,10 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
 
 // Decodes a block of exactly `size` bytes holding m elements of `type` into dst (m * elem size
 // bytes). Bytes up to readable_end (the frame's end) may be read. Returns false if the block is
-// malformed; dst may then hold partial output.
+// malformed; dst may then hold partial output. stream_out: write 16-bit outputs with streaming
+// stores where the kernel set has them (outputs much larger than the caches).
 bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m, uint8_t type, int lanes,
-                  const uint8_t* readable_end, uint8_t* dst);
+                  const uint8_t* readable_end, uint8_t* dst, bool stream_out = false);
 
 }  // namespace codec
 }  // namespace zipccl

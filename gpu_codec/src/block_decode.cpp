@@ -27,7 +27,7 @@ bool read_sparse(const uint8_t* data, uint32_t k, uint8_t base, uint32_t m, uint
 }  // namespace
 
 bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m, uint8_t type, int lanes,
-                  const uint8_t* readable_end, uint8_t* dst) {
+                  const uint8_t* readable_end, uint8_t* dst, bool stream_out) {
   alignas(64) uint8_t scratch[4][kMaxBlockElems];
   DecodeTable table[4];
   const uint8_t* plane[4];
@@ -48,7 +48,7 @@ bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m,
       value[p] = blk[pos++];
     } else if (mode[p] == kPlaneHuff) {
       uint32_t lo, nsym;
-      const size_t used = read_huff_desc(blk + pos, size - pos, &lo, &nsym, &table[p]);
+      const size_t used = read_huff_desc(blk + pos, size - pos, &lo, &nsym, &table[p], k.table_kind);
       if (!used || pos + used + 2 * size_t(lanes) > size) return false;
       pos += used;
       for (int l = 0; l < lanes; ++l, pos += 2) {
@@ -94,7 +94,7 @@ bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m,
   }
   if (pos != size) return false;
   if (np == 2) {
-    k.merge16(plane[0], plane[1], m, dst);
+    (stream_out && k.merge16_stream ? k.merge16_stream : k.merge16)(plane[0], plane[1], m, dst);
   } else {
     k.merge32(plane, m, dst);
   }

@@ -13,6 +13,10 @@ namespace {
 
 using namespace fmt;
 
+// Decoded frames of at least this size are written with streaming stores (kernel sets that have
+// them): 32 MiB is well past any core's L2 and a fair share of a server's L3.
+constexpr uint64_t kStreamOutBytes = uint64_t(32) << 20;
+
 struct Header {
   uint8_t kind, type, block_log2;
   uint64_t n;
@@ -100,7 +104,7 @@ size_t encode_blocks(const Kernels& k, const uint8_t* src, const Layout& l, uint
 }
 
 bool decode_blocks(const Kernels& k, const uint8_t* frame, const uint8_t* frame_end, const Layout& l,
-                   uint8_t type, int lanes, uint32_t b0, uint32_t b1, uint8_t* dst) {
+                   uint8_t type, int lanes, uint32_t b0, uint32_t b1, uint8_t* dst, bool stream_out) {
   const uint8_t* index = frame + l.index_at;
   const uint8_t* payload = frame + l.payload_at;
   for (uint32_t b = b0; b < b1; ++b) {
@@ -108,7 +112,7 @@ bool decode_blocks(const Kernels& k, const uint8_t* frame, const uint8_t* frame_
     const uint32_t end = load_le32(index + 4 * b);
     const uint64_t first = uint64_t(b) * l.block_elems;
     const uint32_t m = uint32_t(std::min<uint64_t>(l.block_elems, l.nelem - first));
-    if (!decode_block(k, payload + begin, end - begin, m, type, lanes, frame_end, dst + first * l.esize))
+    if (!decode_block(k, payload + begin, end - begin, m, type, lanes, frame_end, dst + first * l.esize, stream_out))
       return false;
   }
   return true;
@@ -287,13 +291,16 @@ Status decode(const void* src_v, size_t size, void* dst_v, size_t cap, size_t* o
       if (src[i]) return Status::kCorrupt;
     }
     const Kernels& k = select_kernels(opt.force_scalar);
+    // Outputs far beyond the caches (L2 is 1-2 MiB a core; a large L3 holds tens of MiB) are
+    // written with streaming stores: no read for ownership of lines that would be evicted anyway.
+    const bool stream_out = h.n >= kStreamOutBytes;
     const int threads = int(std::min<uint64_t>(opt.threads, h.nblocks));
     if (threads == 1) {
-      if (!decode_blocks(k, src, frame_end, l, type, lanes, 0, h.nblocks, dst)) return Status::kCorrupt;
+      if (!decode_blocks(k, src, frame_end, l, type, lanes, 0, h.nblocks, dst, stream_out)) return Status::kCorrupt;
     } else {
       std::vector<char> ok(threads, 1);
       for_block_ranges(h.nblocks, threads, [&](int ti, uint32_t b0, uint32_t b1) {
-        ok[ti] = decode_blocks(k, src, frame_end, l, type, lanes, b0, b1, dst);
+        ok[ti] = decode_blocks(k, src, frame_end, l, type, lanes, b0, b1, dst, stream_out);
       });
       for (char o : ok) {
         if (!o) return Status::kCorrupt;

@@ -100,9 +100,40 @@ void build_pair_table(const uint8_t* lens, uint32_t lo, uint32_t nsym, PairEntry
   }
 }
 
+// The register tables (huffman.h): canonical windows in order, each code over 2^(11 - l) of them.
+bool build_reg_tables(const uint8_t* lens, uint32_t lo, uint32_t nsym, RegTables* t) {
+  constexpr uint32_t kL = fmt::kMaxCodeLen, kLong = fmt::kTableSize - 128;
+  uint32_t count[kL + 1] = {0}, first[kL + 2];
+  for (uint32_t i = 0; i < nsym; ++i) count[lens[i]]++;
+  first[1] = 0;
+  for (uint32_t l = 1; l <= kL; ++l) first[l + 1] = first[l] + (count[l] << (kL - l));
+  std::memset(t, 0, sizeof(*t));  // prefixes of long codes have no short entry: defined anyway
+  bool ok = true;
+  for (uint32_t i = 0; i < nsym; ++i) {
+    const uint32_t l = lens[i];
+    if (!l) continue;
+    const uint32_t start = first[l], end = start + (1u << (kL - l));
+    first[l] = end;
+    const uint8_t s = uint8_t(lo + i);
+    if (l <= 7) {
+      std::memset(t->len + (start >> 4), int(l), (end - start) >> 4);
+      std::memset(t->sym + (start >> 4), s, (end - start) >> 4);
+    } else if (start < kLong) {
+      ok = false;
+    }
+    if (end > kLong) {
+      const uint32_t a = start > kLong ? start - kLong : 0;
+      std::memset(t->len + 128 + a, int(l), end - kLong - a);
+      std::memset(t->sym + 128 + a, s, end - kLong - a);
+    }
+  }
+  return ok;
+}
+
 }  // namespace
 
-size_t read_huff_desc(const uint8_t* in, size_t avail, uint32_t* lo, uint32_t* nsym, DecodeTable* table) {
+size_t read_huff_desc(const uint8_t* in, size_t avail, uint32_t* lo, uint32_t* nsym, DecodeTable* table,
+                      TableKind kind) {
   if (avail < 2) return 0;
   *lo = in[0];
   *nsym = uint32_t(in[1]) + 1;
@@ -117,7 +148,8 @@ size_t read_huff_desc(const uint8_t* in, size_t avail, uint32_t* lo, uint32_t* n
   // An odd alphabet leaves the last high nibble unused: it must be zero.
   if ((*nsym & 1) && lens[*nsym] != 0) return 0;
   if (!fmt::code_is_valid(lens, *nsym)) return 0;
-  build_pair_table(lens, *lo, *nsym, table->pair);
+  table->reg_ok = kind == TableKind::kReg && build_reg_tables(lens, *lo, *nsym, &table->reg);
+  if (!table->reg_ok) build_pair_table(lens, *lo, *nsym, table->pair);
   std::memset(table->len_of, 0, sizeof(table->len_of));
   for (uint32_t i = 0; i < *nsym; ++i) table->len_of[*lo + i] = lens[i];
   return bytes;

@@ -32,17 +32,32 @@ struct PairEntry {
   uint8_t count;  // symbols in the entry: 1 or 2
   uint8_t sym[2];
 };
+// Register tables (kernel sets with byte permutes: AVX-512 VBMI), 512 bytes in all, built in place
+// of the pair table when asked for: entry i < 128 is the code starting with 7-bit prefix i (valid
+// for prefixes below 120 when `reg_ok`), entry 128 + j the code of 11-bit window 1920 + j, so a
+// window w decodes as entry[w >= 1920 ? 128 + (w & 127) : w >> 4]. reg_ok (every window below 1920
+// starts a code of at most 7 bits) holds for almost every exponent plane; when it does not, the
+// pair table is built as well and the kernels use it.
+struct RegTables {
+  alignas(64) uint8_t len[256];
+  alignas(64) uint8_t sym[256];
+};
 struct DecodeTable {
   alignas(64) PairEntry pair[fmt::kTableSize];
   uint8_t len_of[256];  // code length by symbol (for decoding a lane's last symbols one by one)
+  RegTables reg;
+  bool reg_ok = false;
 };
+enum class TableKind : uint8_t { kPair = 0, kReg = 1 };
 
 // Descriptor bytes (lo, nsym-1, nibbles) without the lane lengths.
 size_t write_huff_desc(const HuffCode& code, uint8_t* out);
 
-// Parses and validates a descriptor (lo, nsym-1, nibbles) and builds its decode tables. Returns the
+// Parses and validates a descriptor (lo, nsym-1, nibbles) and builds its decode tables (`kind`: the
+// pair table, or the register tables, plus the pair table when reg_ok is false). Returns the
 // bytes consumed, or 0 when the descriptor is invalid or does not fit in `avail` bytes.
-size_t read_huff_desc(const uint8_t* in, size_t avail, uint32_t* lo, uint32_t* nsym, DecodeTable* table);
+size_t read_huff_desc(const uint8_t* in, size_t avail, uint32_t* lo, uint32_t* nsym, DecodeTable* table,
+                      TableKind kind = TableKind::kPair);
 
 }  // namespace codec
 }  // namespace zipccl

@@ -15,6 +15,9 @@ struct Kernels {
   // Splits m 16-bit elements into planes p0, p1 (FORMAT.md "Planes").
   void (*split16)(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1);
   void (*merge16)(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst);
+  // merge16 with streaming (non-temporal) stores, for outputs far larger than the caches; nullptr
+  // where a set has none (merge16 is then used). Same bytes.
+  void (*merge16_stream)(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst);
   void (*split32)(const uint8_t* src, uint32_t m, uint8_t* const* planes);
   void (*merge32)(const uint8_t* const* planes, uint32_t m, uint8_t* dst);
   // freq[256] = counts of the m bytes.
@@ -30,6 +33,8 @@ struct Kernels {
   // is >= the streams' end). False if any lane is inconsistent with its length.
   bool (*huff_decode)(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const DecodeTable& table,
                       uint32_t m, uint8_t* out, const uint8_t* readable_end);
+  // The decode tables huff_decode takes (read_huff_desc's kind).
+  TableKind table_kind;
 };
 
 // The scalar kernel set's minmax, for the SIMD sets' tails.
@@ -41,10 +46,12 @@ bool huff_decode_lanes(const uint8_t* in, const uint16_t* lane_bytes, int lanes,
                        uint32_t m, uint8_t* out, const uint8_t* readable_end);
 
 const Kernels& scalar_kernels();
-// nullptr when this build or CPU has no AVX2 (x86-64) / no NEON (AArch64).
+// nullptr when this build or CPU has no AVX2 / no AVX-512 (F, BW, VL, DQ, VBMI, VBMI2 and BMI2;
+// x86-64) / no NEON (AArch64).
 const Kernels* avx2_kernels();
+const Kernels* avx512_kernels();
 const Kernels* neon_kernels();
-// This platform's SIMD set (AVX2 or NEON), or nullptr.
+// This platform's fastest SIMD set (AVX-512, else AVX2; NEON), or nullptr.
 const Kernels* simd_kernels();
 // The fastest variant this CPU runs, or the scalar one when force_scalar.
 const Kernels& select_kernels(bool force_scalar);

@@ -71,8 +71,8 @@ void minmax_scalar(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
 
 namespace {
 
-const Kernels kScalar = {"scalar",     split16,          merge16,          split32, merge32, histogram, minmax_scalar,
-                         huff_encode_lanes, huff_decode_lanes};
+const Kernels kScalar = {"scalar",     split16,          merge16,          nullptr,          split32, merge32, histogram, minmax_scalar,
+                         huff_encode_lanes, huff_decode_lanes, TableKind::kPair};
 
 }  // namespace
 
@@ -89,8 +89,9 @@ bool huff_decode_lanes(const uint8_t* in, const uint16_t* lane_bytes, int lanes,
 const Kernels& scalar_kernels() { return kScalar; }
 
 const Kernels* simd_kernels() {
-  const Kernels* k = avx2_kernels();
-  return k ? k : neon_kernels();
+  if (const Kernels* k = avx512_kernels()) return k;
+  if (const Kernels* k = avx2_kernels()) return k;
+  return neon_kernels();
 }
 
 const Kernels& select_kernels(bool force_scalar) {

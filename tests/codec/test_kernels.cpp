@@ -1,7 +1,12 @@
 // SIMD kernels against the scalar reference, kernel by kernel.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <random>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels.h"
 #include "zipccl/codec.h"
@@ -11,23 +16,54 @@ namespace zipccl {
 namespace codec {
 namespace {
 
-const Kernels* simd_or_skip() { return simd_kernels(); }
+#if defined(__x86_64__)
+bool cpu_has_avx512_set() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
+         __builtin_cpu_supports("bmi2");
+}
+#endif
+
+// Every SIMD set this CPU runs (the AVX2 one on an AVX-512 CPU too), each tested against scalar.
+std::vector<const Kernels*> variants() {
+  std::vector<const Kernels*> v;
+  for (const Kernels* k : {avx512_kernels(), avx2_kernels(), neon_kernels()}) {
+    if (k) v.push_back(k);
+  }
+  return v;
+}
 
 TEST(Kernels, SimdPathMatchesThePlatform) {
 #if defined(__aarch64__)
   EXPECT_STREQ(simd_path(), "neon");
+  EXPECT_EQ(avx512_kernels(), nullptr);
 #elif defined(__x86_64__)
-  EXPECT_STREQ(simd_path(), __builtin_cpu_supports("avx2") ? "avx2" : "scalar");
+  const char* want = cpu_has_avx512_set() ? "avx512" : __builtin_cpu_supports("avx2") ? "avx2" : "scalar";
+  EXPECT_STREQ(simd_path(), want);
+  EXPECT_EQ(avx512_kernels() != nullptr, cpu_has_avx512_set());
 #endif
   EXPECT_STREQ(select_kernels(true).name, "scalar");
 }
 
+TEST(Kernels, Avx512SetRunsWhereTheCpuHasIt) {
+#if defined(__x86_64__)
+  if (!cpu_has_avx512_set()) GTEST_SKIP() << "this CPU lacks one of AVX-512 F/BW/VL/DQ/VBMI/VBMI2, BMI2";
+  ASSERT_NE(avx512_kernels(), nullptr);
+  EXPECT_STREQ(avx512_kernels()->name, "avx512");
+  EXPECT_EQ(avx512_kernels()->table_kind, TableKind::kReg);
+#else
+  GTEST_SKIP() << "AVX-512 is x86-64 only";
+#endif
+}
+
 TEST(Kernels, SplitMergeMatchScalar) {
-  const Kernels* v = simd_or_skip();
-  if (!v) GTEST_SKIP() << "no SIMD kernels on this CPU/build";
+  if (variants().empty()) GTEST_SKIP() << "no SIMD kernels on this CPU/build";
+  for (const Kernels* v : variants()) {
+  SCOPED_TRACE(v->name);
   const Kernels& s = scalar_kernels();
   auto in = testing::random_bytes(4 * 16384, 1);
-  for (uint32_t m : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 1000u, 4096u, 16384u}) {
+  for (uint32_t m : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 63u, 64u, 65u, 127u, 1000u, 4096u, 16384u}) {
     std::vector<uint8_t> a[4], b[4];
     for (int p = 0; p < 4; ++p) a[p].assign(m, 0), b[p].assign(m, 1);
     s.split16(in.data(), m, a[0].data(), a[1].data());
@@ -38,6 +74,15 @@ TEST(Kernels, SplitMergeMatchScalar) {
     s.merge16(a[0].data(), a[1].data(), m, o1.data());
     v->merge16(a[0].data(), a[1].data(), m, o2.data());
     ASSERT_EQ(o1, o2);
+    if (v->merge16_stream) {  // every alignment of dst, nothing written outside it
+      for (size_t off = 0; off < 66; off += off < 4 ? 1 : 31) {
+        std::vector<uint8_t> big(2 * m + 160, 0xA5);
+        v->merge16_stream(a[0].data(), a[1].data(), m, big.data() + off);
+        ASSERT_TRUE(std::equal(o1.begin(), o1.end(), big.begin() + off)) << "offset " << off;
+        for (size_t i = 0; i < off; ++i) ASSERT_EQ(big[i], 0xA5);
+        for (size_t i = off + 2 * m; i < big.size(); ++i) ASSERT_EQ(big[i], 0xA5);
+      }
+    }
     ASSERT_TRUE(std::equal(o1.begin(), o1.end(), in.begin()));
     uint8_t* pa[4] = {a[0].data(), a[1].data(), a[2].data(), a[3].data()};
     uint8_t* pb[4] = {b[0].data(), b[1].data(), b[2].data(), b[3].data()};
@@ -65,6 +110,7 @@ TEST(Kernels, SplitMergeMatchScalar) {
         ASSERT_EQ(hi1, hi2);
       }
     }
+  }
   }
 }
 
@@ -112,6 +158,215 @@ TEST(Kernels, HuffmanLanesRoundTripAndRejectBadLengths) {
     std::vector<uint8_t> small(total + 8, 0xEE);
     ASSERT_EQ(huff_encode_lanes(sym.data(), m, code, lanes, small.data(), total - 1, lane_bytes), SIZE_MAX);
     for (size_t i = total - 1; i < small.size(); ++i) ASSERT_EQ(small[i], 0xEE);
+  }
+}
+
+// Symbol planes that exercise the lane coders' paths: kind 0 random spreads, 1 geometric (code
+// lengths up to the 11-bit limit, the exponent shape), 2 uniform bytes (256 values: no byte-permute
+// encoder, 8-bit codes from the first window: no register tables), 3 an alphabet spanning exactly
+// 64 values, 4 spanning 65, 5 two symbols, 6 a flat 100-value alphabet (7-bit codes reach window
+// 1920: register tables refused), 7 Gaussian bf16 exponents, 8 one common value and 63 rare ones
+// (6-7 bit codes: octets of codes over 56 bits, coded symbol by symbol by the AVX-512 encoder).
+std::vector<uint8_t> lane_symbols(std::mt19937& rng, uint32_t m, int kind) {
+  std::vector<uint8_t> sym(m);
+  const uint8_t base = uint8_t(rng() % 150);
+  for (uint32_t i = 0; i < m; ++i) {
+    uint32_t x = 0;
+    switch (kind) {
+      case 0: {
+        const int spread = 1 + int(rng() % 200);
+        x = uint32_t(100 + (int(rng() % spread)) * (rng() % 2 ? 1 : -1) / int(1 + rng() % 4));
+        break;
+      }
+      case 1: while (x < 40 && (rng() & 1)) ++x; x += base; break;
+      case 2: x = rng() & 255; break;
+      case 3: x = base + (rng() % 4 ? rng() % 8 : rng() % 64); break;
+      case 4: x = base + (rng() % 4 ? rng() % 8 : rng() % 65); break;
+      case 5: x = base + (rng() % 3 == 0); break;
+      case 6: x = base + rng() % 100; break;
+      case 8: x = base + (rng() % 5 == 0 ? 0 : 1 + rng() % 63); break;
+      case 7: {
+        const float f = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        x = (u >> 23) & 0xFF;
+      }
+    }
+    sym[i] = uint8_t(x);
+  }
+  // At least two distinct symbols; the geometric and span cases keep their alphabet.
+  if (m >= 2 && sym[0] == sym[m - 1]) sym[m - 1] = uint8_t(sym[0] ^ 1);
+  return sym;
+}
+
+// n bytes ending exactly at an inaccessible page: a read past the end faults (gathers included,
+// which ASan does not check).
+class GuardedBytes {
+ public:
+  explicit GuardedBytes(size_t n) : n_(n) {
+    page_ = size_t(sysconf(_SC_PAGESIZE));
+    len_ = (n + page_ - 1) / page_ * page_ + page_;
+    void* p = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    base_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+    if (base_) mprotect(base_ + len_ - page_, page_, PROT_NONE);
+  }
+  ~GuardedBytes() {
+    if (base_) munmap(base_, len_);
+  }
+  GuardedBytes(const GuardedBytes&) = delete;
+  GuardedBytes& operator=(const GuardedBytes&) = delete;
+  bool ok() const { return base_ != nullptr; }
+  uint8_t* data() { return base_ + len_ - page_ - n_; }
+  uint8_t* end() { return base_ + len_ - page_; }
+
+ private:
+  uint8_t* base_ = nullptr;
+  size_t n_, page_ = 0, len_ = 0;
+};
+
+// The scalar coder's lanes for `sym` under the code built from its own histogram, and the descriptor.
+struct ScalarLanes {
+  HuffCode code;
+  std::vector<uint8_t> bytes;  // exactly the lane streams
+  uint16_t lanes[fmt::kMaxLanes];
+  uint8_t desc[300];
+  size_t desc_bytes = 0;
+};
+void scalar_lanes(const std::vector<uint8_t>& sym, int lanes, ScalarLanes* out) {
+  const uint32_t m = static_cast<uint32_t>(sym.size());
+  uint32_t freq[256];
+  scalar_kernels().histogram(sym.data(), m, freq);
+  build_huffman(freq, &out->code);
+  out->bytes.assign(2 * size_t(m) + 64, 0);
+  const size_t total =
+      huff_encode_lanes(sym.data(), m, out->code, lanes, out->bytes.data(), out->bytes.size(), out->lanes);
+  ASSERT_NE(total, SIZE_MAX);
+  out->bytes.resize(total);
+  out->desc_bytes = write_huff_desc(out->code, out->desc);
+}
+
+TEST(Kernels, HuffmanDecodersNeverReadPastTheReadableEnd) {
+  std::mt19937 rng(17);
+  std::vector<const Kernels*> all = variants();
+  all.push_back(&scalar_kernels());
+  for (int trial = 0; trial < 60; ++trial) {
+    const uint32_t m = trial % 2 ? 8192 : 64 + rng() % 16000;
+    const auto sym = lane_symbols(rng, m, trial % 3 == 0 ? 7 : int(rng() % 9));
+    ScalarLanes s;
+    ASSERT_NO_FATAL_FAILURE(scalar_lanes(sym, 32, &s));
+    const std::vector<uint8_t>& ref = s.bytes;
+    const uint16_t* lanes_len = s.lanes;
+    const uint8_t* desc = s.desc;
+    const size_t total = ref.size(), d = s.desc_bytes;
+    for (const Kernels* v : all) {
+      SCOPED_TRACE(v->name);
+      DecodeTable table;
+      uint32_t lo, nsym;
+      ASSERT_EQ(read_huff_desc(desc, d, &lo, &nsym, &table, v->table_kind), d);
+      for (int damage = 0; damage < 4; ++damage) {
+        // The stream ends at the guard page, with 0, 5 or 17 readable bytes after it.
+        const size_t slack = damage == 0 ? 0 : damage == 1 ? 5 : 17;
+        GuardedBytes g(total + slack);
+        ASSERT_TRUE(g.ok());
+        std::memcpy(g.data(), ref.data(), total);
+        std::memset(g.data() + total, 0xFF, slack);
+        uint16_t lb[fmt::kMaxLanes];
+        std::copy(lanes_len, lanes_len + 32, lb);
+        if (damage >= 2) {  // streams that run past their ends: all-ones bytes, lanes shortened
+          for (size_t i = 0; i < total; i += 1 + rng() % 7) g.data()[i] = 0xFF;
+          const int k = int(rng() % 32);
+          if (lb[k] > 1) lb[k] = uint16_t(lb[k] / 2), lb[31] = uint16_t(lb[31] + lanes_len[k] - lb[k]);
+        }
+        std::vector<uint8_t> back(m);
+        const bool ok = v->huff_decode(g.data(), lb, 32, table, m, back.data(), g.end());
+        if (damage < 2) {
+          ASSERT_TRUE(ok);
+          ASSERT_EQ(back, sym);
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
+  if (variants().empty()) GTEST_SKIP() << "no SIMD kernels on this CPU/build";
+  std::mt19937 rng(11);
+  const uint32_t sizes[] = {2, 3, 4, 31, 32, 33, 127, 128, 129, 1000, 384, 4095, 4096, 8191, 8192, 8193, 16383, 16384};
+  int cases = 0, reg_tables = 0;
+  for (int kind = 0; kind < 9; ++kind) {
+    for (int trial = 0; trial < 40; ++trial) {
+      const uint32_t m = trial < 18 ? sizes[trial] : 2 + rng() % 16383;
+      const int lanes = trial % 3 == 0 ? 32 : 1 << (rng() % 7);
+      const auto sym = lane_symbols(rng, m, kind);
+      ScalarLanes s;
+      ASSERT_NO_FATAL_FAILURE(scalar_lanes(sym, lanes, &s));
+      const HuffCode& code = s.code;
+      const std::vector<uint8_t>& ref = s.bytes;
+      const uint16_t* ref_lanes = s.lanes;
+      const uint8_t* desc = s.desc;
+      const size_t total = ref.size(), d = s.desc_bytes;
+      DecodeTable pair_table;
+      uint32_t lo, nsym;
+      ASSERT_EQ(read_huff_desc(desc, d, &lo, &nsym, &pair_table), d);
+      for (const Kernels* v : variants()) {
+        SCOPED_TRACE(::testing::Message() << v->name << " kind " << kind << " trial " << trial << " m " << m
+                                          << " lanes " << lanes << " nsym " << code.nsym);
+        ++cases;
+        // Encode: the same bytes and lane lengths; one byte less room is refused with nothing
+        // written past the cap.
+        std::vector<uint8_t> got(total + 64, 0xEE);
+        uint16_t got_lanes[fmt::kMaxLanes];
+        ASSERT_EQ(v->huff_encode(sym.data(), m, code, lanes, got.data(), total, got_lanes), total);
+        ASSERT_TRUE(std::equal(ref.begin(), ref.end(), got.begin()));
+        for (size_t i = total; i < got.size(); ++i) ASSERT_EQ(got[i], 0xEE);
+        ASSERT_TRUE(std::equal(ref_lanes, ref_lanes + lanes, got_lanes));
+        std::fill(got.begin(), got.end(), 0xEE);
+        ASSERT_EQ(v->huff_encode(sym.data(), m, code, lanes, got.data(), total - 1, got_lanes), SIZE_MAX);
+        for (size_t i = total - 1; i < got.size(); ++i) ASSERT_EQ(got[i], 0xEE);
+        // Decode with the variant's own tables, stream flush with the readable end and with slack.
+        DecodeTable table;
+        ASSERT_EQ(read_huff_desc(desc, d, &lo, &nsym, &table, v->table_kind), d);
+        reg_tables += table.reg_ok;
+        for (size_t slack : {size_t(0), size_t(3), size_t(64)}) {
+          std::vector<uint8_t> buf(ref);
+          buf.resize(total + slack);
+          std::vector<uint8_t> back(m, 0xEE);
+          ASSERT_TRUE(v->huff_decode(buf.data(), ref_lanes, lanes, table, m, back.data(), buf.data() + buf.size()));
+          ASSERT_EQ(back, sym);
+        }
+        // Damaged streams and lane lengths: accepted or refused exactly as the scalar decoder
+        // does, with the same symbols when accepted.
+        for (int bad = 0; bad < 12; ++bad) {
+          std::vector<uint8_t> buf(ref);
+          uint16_t lb[fmt::kMaxLanes];
+          std::copy(ref_lanes, ref_lanes + lanes, lb);
+          if (bad % 3 == 0) {
+            const int k = int(rng() % lanes);
+            lb[k] = uint16_t(lb[k] + (lb[k] == 0 || rng() % 2 ? 1 : -1));
+          } else if (bad % 3 == 1 && lanes > 1) {  // bytes moved between two lanes: same total
+            const int k = int(rng() % (lanes - 1));
+            if (lb[k] > 0) lb[k]--, lb[k + 1]++;
+          } else if (!buf.empty()) {
+            for (int f = 0; f < 1 + bad % 4; ++f) buf[rng() % buf.size()] ^= uint8_t(1u << (rng() % 8));
+          }
+          size_t sum = 0;
+          for (int k = 0; k < lanes; ++k) sum += lb[k];
+          buf.resize(std::max(sum, buf.size()) + (bad & 1 ? 0 : 16));
+          std::vector<uint8_t> a(m), b(m);
+          const bool ok_ref = huff_decode_lanes(buf.data(), lb, lanes, pair_table, m, a.data(), buf.data() + buf.size());
+          const bool ok = v->huff_decode(buf.data(), lb, lanes, table, m, b.data(), buf.data() + buf.size());
+          ASSERT_EQ(ok, ok_ref) << "damage " << bad;
+          if (ok) {
+            ASSERT_EQ(a, b);
+          }
+        }
+      }
+    }
+  }
+  // Both decoder paths of the AVX-512 set ran: register tables and the pair-table fallback.
+  if (avx512_kernels()) {
+    EXPECT_GT(reg_tables, 0);
+    EXPECT_LT(reg_tables, cases);
   }
 }
 

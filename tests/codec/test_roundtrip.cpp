@@ -2,6 +2,10 @@
 // alignment, distribution, thread count or SIMD path.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
 #include "test_data.h"
 #include "zipccl/codec.h"
 
@@ -151,6 +155,33 @@ TEST(RoundTrip, SimdAndScalarFramesAreIdentical) {
     b.force_scalar = true;
     Result ra = round_trip(in.data(), in.size(), a), rb = round_trip(in.data(), in.size(), b);
     ASSERT_TRUE(ra.frame == rb.frame);
+  }
+}
+
+// Frames decoding to 32 MiB or more are written with streaming stores where the kernel set has
+// them: same bytes, at an odd and at an aligned output address, one thread and two.
+TEST(RoundTrip, LargeFramesDecodeWithStreamingStores) {
+  const size_t count = (size_t(32) << 20) / 2 + 3;  // past the threshold, a partial last block
+  const auto in = testing::gaussian_bf16(count, 1.0, 21);
+  std::vector<uint8_t> frame(max_encoded_size(in.size()));
+  size_t n = 0;
+  EncodeOptions eo;
+  eo.type = ElemType::kBf16;
+  eo.threads = 2;
+  ASSERT_EQ(encode(in.data(), in.size(), frame.data(), frame.size(), &n, eo), Status::kOk);
+  std::vector<uint8_t> out(in.size() + 65);
+  for (size_t off : {size_t(0), size_t(1), size_t(2)}) {
+    for (int threads : {1, 2}) {
+      // Aligned to 64 first, then offset.
+      uint8_t* dst = out.data() + (64 - (reinterpret_cast<uintptr_t>(out.data()) & 63)) % 64 + off;
+      if (dst + in.size() > out.data() + out.size()) dst -= 64;
+      size_t got = 0;
+      DecodeOptions d;
+      d.threads = threads;
+      ASSERT_EQ(decode(frame.data(), n, dst, in.size(), &got, d), Status::kOk);
+      ASSERT_EQ(got, in.size());
+      ASSERT_EQ(std::memcmp(dst, in.data(), in.size()), 0) << "offset " << off << " threads " << threads;
+    }
   }
 }
 

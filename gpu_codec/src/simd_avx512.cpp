@@ -1,0 +1,504 @@
+// AVX-512 kernels (x86-64 with F, BW, VL, DQ, VBMI, VBMI2 and BMI2). Compiled with those flags for
+// this file only and chosen at run time (cpuid), after which the AVX2 set is the fallback. Every
+// kernel produces exactly the scalar kernel's bytes; tests/codec/test_kernels.cpp compares them.
+//
+// The Huffman lanes run 16 at a time, one per 32-bit element of a zmm register:
+// - decode: each lane's next 16 stream bytes come in with gathers (8 x 64-bit each), byte-swapped
+//   into 32-bit words; eight codes are then decoded from that window, four at a time from a (hi,
+//   lo) pair of words, with in-register byte permutes of the 512-byte register tables (huffman.h:
+//   a 7-bit prefix table for codes of up to 7 bits, and the last 128 11-bit windows), no table
+//   gather. The four symbols of each lane form one 32-bit word; 16 such rows are transposed into
+//   the lanes' output runs with register shuffles. Two groups of 16 lanes (a block's 32 lanes) are
+//   interleaved, each lane being one dependency chain. Lanes the vector loop cannot take (a
+//   block's last, shorter lanes, streams ending within 16 bytes of the readable end) are decoded
+//   one symbol at a time with the same tables, and every lane is checked as the scalar decoder
+//   checks it.
+// - encode: codes and lengths of 32 symbols come from one word permute (alphabets spanning at most
+//   64 values), are joined into groups of 2, 4, 8 and 16 with variable shifts, and a scalar loop
+//   appends one group of 16 (or, where a lane's codes are longer, of 8) per step to each lane's
+//   bit string, two lanes interleaved; a group over 56 bits is split.
+#include "kernels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VBMI__) && defined(__AVX512VBMI2__) && defined(__BMI2__)
+// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_* (GCC PR 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "huff_lanes.h"
+
+namespace zipccl {
+namespace codec {
+namespace {
+
+using namespace fmt;
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+inline void store512(void* p, __m512i v) { _mm512_storeu_si512(p, v); }
+
+// ---- Planes ----------------------------------------------------------------------------------
+
+void split16(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1) {
+  // Even bytes of each word pair -> one plane: byte i of the result = byte 2i of (a, b).
+  const __m512i even = _mm512_set_epi8(126, 124, 122, 120, 118, 116, 114, 112, 110, 108, 106, 104, 102, 100, 98, 96,
+                                       94, 92, 90, 88, 86, 84, 82, 80, 78, 76, 74, 72, 70, 68, 66, 64,  //
+                                       62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32,  //
+                                       30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i x80 = _mm512_set1_epi16(0x80);
+  uint32_t i = 0;
+  for (; i + 64 <= m; i += 64) {
+    const __m512i a = load512(src + 2 * i), b = load512(src + 2 * i + 64);
+    // p0 = bits 14..7 = low byte of v >> 7; p1 = (v >> 8) & 0x80 | v & 0x7F (bitwise select).
+    const __m512i a0 = _mm512_srli_epi16(a, 7), b0 = _mm512_srli_epi16(b, 7);
+    const __m512i a1 = _mm512_ternarylogic_epi32(x80, _mm512_srli_epi16(a, 8), a, 0xCA);
+    const __m512i b1 = _mm512_ternarylogic_epi32(x80, _mm512_srli_epi16(b, 8), b, 0xCA);
+    store512(p0 + i, _mm512_permutex2var_epi8(a0, even, b0));
+    store512(p1 + i, _mm512_permutex2var_epi8(a1, even, b1));
+  }
+  if (i < m) scalar_kernels().split16(src + 2 * i, m - i, p0 + i, p1 + i);
+}
+
+void merge16(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
+  const __m512i x80 = _mm512_set1_epi16(0x80), x7f = _mm512_set1_epi16(0x7F);
+  uint32_t i = 0;
+  for (; i + 32 <= m; i += 32) {
+    const __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + i)));
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + i)));
+    // (b & 0x80) << 8 | a << 7 | b & 0x7F
+    const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(b, x80), 8);
+    const __m512i v = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi16(a, 7), _mm512_and_si512(b, x7f), 0xFE);
+    store512(dst + 2 * i, v);
+  }
+  if (i < m) scalar_kernels().merge16(p0 + i, p1 + i, m - i, dst + 2 * i);
+}
+
+// merge16 with streaming stores from the first 64-byte boundary of dst on (dst must be even for
+// there to be one); an sfence makes them ordered before whatever follows.
+void merge16_stream(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(dst) & 63;
+  if (mis & 1) return merge16(p0, p1, m, dst);
+  uint32_t i = uint32_t(((64 - mis) & 63) / 2);
+  if (i >= m) return merge16(p0, p1, m, dst);
+  if (i) scalar_kernels().merge16(p0, p1, i, dst);
+  const __m512i x80 = _mm512_set1_epi16(0x80), x7f = _mm512_set1_epi16(0x7F);
+  for (; i + 32 <= m; i += 32) {
+    const __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + i)));
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + i)));
+    const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(b, x80), 8);
+    const __m512i v = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi16(a, 7), _mm512_and_si512(b, x7f), 0xFE);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + 2 * i), v);
+  }
+  _mm_sfence();
+  if (i < m) scalar_kernels().merge16(p0 + i, p1 + i, m - i, dst + 2 * i);
+}
+
+void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
+  __m512i a = _mm512_set1_epi8(char(0xFF)), b = _mm512_setzero_si512();
+  uint32_t i = 0;
+  for (; i + 64 <= m; i += 64) {
+    const __m512i v = load512(p + i);
+    a = _mm512_min_epu8(a, v);
+    b = _mm512_max_epu8(b, v);
+  }
+  if (i < m) {  // the tail as one masked load: absent bytes read as 0xFF for min and 0 for max
+    const __mmask64 k = _bzhi_u64(~0ull, m - i);
+    a = _mm512_min_epu8(a, _mm512_mask_loadu_epi8(_mm512_set1_epi8(char(0xFF)), k, p + i));
+    b = _mm512_max_epu8(b, _mm512_maskz_loadu_epi8(k, p + i));
+  }
+  alignas(64) uint8_t la[64], lb[64];
+  store512(la, a);
+  store512(lb, b);
+  uint32_t x = 255, y = 0;
+  for (int k = 0; k < 64; ++k) x = la[k] < x ? la[k] : x, y = lb[k] > y ? lb[k] : y;
+  *lo = x, *hi = y;
+}
+
+// ---- Huffman decode --------------------------------------------------------------------------
+
+// 16 x 16 transpose of 32-bit words: row r of src (16 words) becomes column r; row k of the result
+// (16 words, 64 bytes) is stored at dst + k * stride.
+inline void transpose16_store(const uint32_t* src, uint8_t* dst, size_t stride) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = load512(src + 16 * i);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[4i + c], 128-bit lane L: column 4L + c of rows 4i..4i+3.
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i v0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), w0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    const __m512i v1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xDD), w1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xDD);
+    store512(dst + size_t(c) * stride, _mm512_shuffle_i32x4(v0, w0, 0x88));
+    store512(dst + size_t(8 + c) * stride, _mm512_shuffle_i32x4(v0, w0, 0xDD));
+    store512(dst + size_t(4 + c) * stride, _mm512_shuffle_i32x4(v1, w1, 0x88));
+    store512(dst + size_t(12 + c) * stride, _mm512_shuffle_i32x4(v1, w1, 0xDD));
+  }
+}
+
+constexpr uint32_t kLongWindow = kTableSize - 128;  // first window of the long table
+
+// One symbol with the register tables from bit `pos` of `base`; loads start at most at `limit`.
+inline uint32_t reg_entry(const uint8_t* base, uint64_t pos, const uint8_t* limit) {
+  const size_t off = size_t(pos >> 3);
+  const uint8_t* a = off <= size_t(limit - base) ? base + off : limit;
+  const uint32_t v = uint32_t((lanes_be64(a) << (pos & 7)) >> (64 - kMaxCodeLen));
+  return v >= kLongWindow ? 128 + (v & 127) : v >> 4;
+}
+
+// Decodes n symbols of a lane (bytes at `lane`) from bit `pos`; returns the end position. Loads
+// stay below readable_end: a lane ending within 8 bytes of it is decoded from a padded copy.
+uint64_t lane_tail(const uint8_t* lane, uint32_t bytes, uint64_t pos, uint32_t n, const RegTables& t, uint8_t* o,
+                   const uint8_t* readable_end) {
+  if (n == 0) return pos;
+  alignas(64) uint8_t pad[kMaxLaneBytes + 16];
+  const uint8_t* base = lane;
+  const uint8_t* limit = readable_end - 8;
+  if (size_t(readable_end - lane) < size_t(bytes) + 8) {
+    std::memcpy(pad, lane, bytes);
+    std::memset(pad + bytes, 0, 16);
+    base = pad, limit = pad + bytes + 8;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t e = reg_entry(base, pos, limit);
+    o[i] = t.sym[e];
+    pos += t.len[e];
+  }
+  return pos;
+}
+
+// The register tables in zmm registers, and the decode of one quad: four symbols per lane from a
+// left-aligned window (hi, lo) of at least 51 valid bits. acc: the four symbols, first in the top
+// byte; returns the bits used. Register table entry i < 128 is found with index byte i, entry
+// 128 + j with 128 + j: bit 7 picks the table pair.
+struct RegDecoder {
+  __m512i ls0, ls1, ll0, ll1, ss0, ss1, sl0, sl1, c120;
+  explicit RegDecoder(const RegTables& t)
+      : ls0(load512(t.len)), ls1(load512(t.len + 64)), ll0(load512(t.len + 128)), ll1(load512(t.len + 192)),
+        ss0(load512(t.sym)), ss1(load512(t.sym + 64)), sl0(load512(t.sym + 128)), sl1(load512(t.sym + 192)),
+        c120(_mm512_set1_epi8(120)) {}
+  inline __m512i quad(__m512i hi, __m512i lo, __m512i* acc_out) const {
+    const __mmask64 byte0 = 0x1111111111111111ull;
+    __m512i idx = _mm512_setzero_si512(), used = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512i is = _mm512_srli_epi32(hi, 25), il = _mm512_srli_epi32(hi, 21);
+      const __mmask64 kl = _mm512_cmpge_epu8_mask(is, c120);
+      // The length is on the loop's critical path: both lookups under the constant mask, then
+      // one blend (the compare runs alongside the permutes).
+      const __m512i len = _mm512_mask_blend_epi8(kl, _mm512_maskz_permutex2var_epi8(byte0, ls0, is, ls1),
+                                                 _mm512_maskz_permutex2var_epi8(byte0, ll0, il, ll1));
+      // The symbol waits: its table index (is, or il, whose bit 7 is set exactly when kl) joins
+      // those of the other three, and one lookup per table serves the four.
+      idx = _mm512_or_si512(_mm512_slli_epi32(idx, 8), _mm512_mask_blend_epi8(kl, is, il));
+      used = _mm512_add_epi32(used, len);
+      if (j < 3) {
+        hi = _mm512_shldv_epi32(hi, lo, len);
+        lo = _mm512_sllv_epi32(lo, len);
+      }
+    }
+    *acc_out = _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), _mm512_permutex2var_epi8(ss0, idx, ss1),
+                                      _mm512_permutex2var_epi8(sl0, idx, sl1));
+    return used;
+  }
+};
+
+// G groups of 16 lanes (lane k of group g starts at byte start[16g + k] of `in`), `quads` x 4
+// symbols each, written to out + (16g + k) * per. Each pair of quads decodes from one 16-byte
+// window per lane (two gathers of 8 x 8 bytes), so only every eighth symbol waits for a gather.
+// Window loads are clamped to start at byte `lim` at most (only a lane that already ran past its
+// end gets there). pos_out: each lane's end bit, from `in`.
+template <int G>
+void decode_groups(const uint8_t* in, const uint32_t* start, uint32_t quads, const RegTables& t, uint8_t* out,
+                   uint32_t per, uint32_t lim, uint32_t* pos_out) {
+  const RegDecoder dec(t);
+  const __m512i seven = _mm512_set1_epi32(7), c31 = _mm512_set1_epi32(31), vlim = _mm512_set1_epi32(int(lim));
+  const __m512i bswap64 = _mm512_set4_epi32(0x08090A0B, 0x0C0D0E0F, 0x00010203, 0x04050607);
+  const __m512i bswap32 = _mm512_set4_epi32(0x0C0D0E0F, 0x08090A0B, 0x04050607, 0x00010203);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  // The 8 bytes at each lane's offset (+ add), big-endian, as (high, low) 32-bit words.
+  auto window8 = [&](__m512i off, int add, __m512i* hi, __m512i* lo) {
+    __m512i qa = _mm512_i32gather_epi64(_mm512_castsi512_si256(off), in + add, 1);
+    __m512i qb = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(off, 1), in + add, 1);
+    qa = _mm512_shuffle_epi8(qa, bswap64);
+    qb = _mm512_shuffle_epi8(qb, bswap64);
+    *hi = _mm512_permutex2var_epi32(qa, odd, qb);
+    *lo = _mm512_permutex2var_epi32(qa, even, qb);
+  };
+  __m512i pos[G];
+  for (int g = 0; g < G; ++g) pos[g] = _mm512_slli_epi32(load512(start + 16 * g), 3);
+  alignas(64) uint32_t rows[G][16 * 16];
+  auto flush_rows = [&](uint32_t q) {  // after row q was written
+    if ((q & 15) == 15) {
+      for (int g = 0; g < G; ++g) transpose16_store(rows[g], out + size_t(16 * g) * per + 4 * (q - 15), per);
+    }
+  };
+  uint32_t q = 0;
+  for (; q + 2 <= quads; q += 2) {
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+      const __m512i off = _mm512_min_epu32(_mm512_srli_epi32(pos[g], 3), vlim);
+      __m512i d0, d1, d2, d3;
+      window8(off, 0, &d0, &d1);
+      window8(off, 8, &d2, &d3);
+      const __m512i sh = _mm512_and_si512(pos[g], seven);
+      __m512i acc;
+      // First quad: bits from sh (< 8); second: from p = sh + used (<= 51), i.e. word p / 32.
+      const __m512i p = _mm512_add_epi32(sh, dec.quad(_mm512_shldv_epi32(d0, d1, sh), _mm512_shldv_epi32(d1, d2, sh), &acc));
+      store512(rows[g] + 16 * (q & 15), _mm512_shuffle_epi8(acc, bswap32));
+      const __mmask16 k32 = _mm512_cmpgt_epu32_mask(p, c31);
+      const __m512i e0 = _mm512_mask_blend_epi32(k32, d0, d1), e1 = _mm512_mask_blend_epi32(k32, d1, d2),
+                    e2 = _mm512_mask_blend_epi32(k32, d2, d3);
+      const __m512i used = dec.quad(_mm512_shldv_epi32(e0, e1, p), _mm512_shldv_epi32(e1, e2, p), &acc);
+      store512(rows[g] + 16 * ((q + 1) & 15), _mm512_shuffle_epi8(acc, bswap32));
+      pos[g] = _mm512_add_epi32(_mm512_andnot_si512(seven, pos[g]), _mm512_add_epi32(p, used));
+    }
+    flush_rows(q + 1);
+  }
+  if (q < quads) {  // an odd last quad: one 8-byte window
+    for (int g = 0; g < G; ++g) {
+      const __m512i off = _mm512_min_epu32(_mm512_srli_epi32(pos[g], 3), vlim);
+      __m512i d0, d1, acc;
+      window8(off, 0, &d0, &d1);
+      const __m512i sh = _mm512_and_si512(pos[g], seven);
+      const __m512i used = dec.quad(_mm512_shldv_epi32(d0, d1, sh), _mm512_sllv_epi32(d1, sh), &acc);
+      store512(rows[g] + 16 * (q & 15), _mm512_shuffle_epi8(acc, bswap32));
+      pos[g] = _mm512_add_epi32(_mm512_andnot_si512(seven, pos[g]), _mm512_add_epi32(sh, used));
+    }
+    flush_rows(q);
+    ++q;
+  }
+  const uint32_t done = quads & ~15u;
+  for (int g = 0; g < G; ++g) {
+    for (uint32_t r = done; r < quads; ++r) {
+      for (int k = 0; k < 16; ++k) std::memcpy(out + size_t(16 * g + k) * per + 4 * r, &rows[g][16 * (r & 15) + k], 4);
+    }
+    store512(pos_out + 16 * g, pos[g]);
+  }
+}
+
+bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const DecodeTable& t, uint32_t m,
+                 uint8_t* out, const uint8_t* readable_end) {
+  if (!t.reg_ok) return lanes_decode(in, lane_bytes, lanes, t, m, out, readable_end);
+  const uint32_t per = lane_elems(m, lanes);
+  alignas(64) uint32_t start[kMaxLanes + 1];
+  uint32_t p = 0;
+  for (int k = 0; k < lanes; ++k) {
+    // A lane never holds more than 11 bits per element: bounds every read below.
+    if (lane_bytes[k] > (uint64_t(lane_count(m, per, k)) * kMaxCodeLen + 7) / 8) return false;
+    start[k] = p, p += lane_bytes[k];
+  }
+  start[lanes] = p;
+  // The gathers touch all the streams' lines at once, 32 lanes apart: ask for them up front.
+  for (uint32_t off = 0; off < p; off += 64) _mm_prefetch(reinterpret_cast<const char*>(in + off), _MM_HINT_T0);
+  const size_t avail = size_t(readable_end - in);  // >= p
+  const uint32_t quads = per / 4;
+  alignas(64) uint32_t pos[kMaxLanes];  // end bit of each lane's vector part, from `in`
+  int vec = 0;                          // lanes [0, vec) went through the vector loop
+  // A group qualifies when its lanes are all full and every 16-byte window of a valid lane (which
+  // starts before the lane's end) lies inside the readable range.
+  auto group_ok = [&](int k0, int n) {
+    return quads && lane_count(m, per, k0 + n - 1) == per && size_t(start[k0 + n]) + 16 <= avail;
+  };
+  for (; vec + 32 <= lanes && group_ok(vec, 32); vec += 32) {
+    decode_groups<2>(in, start + vec, quads, t.reg, out + size_t(vec) * per, per, uint32_t(avail - 16), pos + vec);
+  }
+  for (; vec + 16 <= lanes && group_ok(vec, 16); vec += 16) {
+    decode_groups<1>(in, start + vec, quads, t.reg, out + size_t(vec) * per, per, uint32_t(avail - 16), pos + vec);
+  }
+  for (int k = 0; k < lanes; ++k) {
+    const uint32_t cnt = lane_count(m, per, k);
+    const uint32_t from = k < vec ? 4 * quads : 0;
+    uint64_t bit = k < vec ? pos[k] - uint64_t(start[k]) * 8 : 0;
+    bit = lane_tail(in + start[k], lane_bytes[k], bit, cnt - from, t.reg, out + size_t(k) * per + from, readable_end);
+    if (!lane_ok(in + start[k], lane_bytes[k], bit)) return false;
+  }
+  return true;
+}
+
+// ---- Huffman encode --------------------------------------------------------------------------
+
+// Groups of one lane's symbols, n of them (a multiple of 64), tw: code | len << 11 by symbol & 63.
+// code8[i] = the codes of symbols 8i..8i+7 (right-aligned) and len8[i] their total length, exact
+// when that is at most 64 bits (coded as one piece when at most 56: nearly always, as that is 7 bits
+// a symbol); code16/len16 the same for symbols 16i..16i+15 (one piece when at most 56 bits, which
+// exponent planes' ~2.5 bits a symbol nearly always give). Returns the n symbols' total bits.
+inline uint64_t make_groups(const uint8_t* s, uint32_t n, __m512i tw0, __m512i tw1, uint64_t* code8, uint8_t* len8,
+                            uint64_t* code16, uint8_t* len16) {
+  const __m512i m11 = _mm512_set1_epi32(0x7FF), m4 = _mm512_set1_epi32(0xF), lo32 = _mm512_set1_epi64(0xFFFFFFFF);
+  const __m512i evens = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
+  __m512i total = _mm512_setzero_si512();
+  for (uint32_t i = 0; i < n; i += 64) {
+    __m512i oc[2], ol[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m512i sym = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32 * h)));
+      const __m512i e = _mm512_permutex2var_epi16(tw0, sym, tw1);  // per 32-bit word: e_even | e_odd << 16
+      // Pairs: (c_even << l_odd) | c_odd, l_even + l_odd (at most 22 bits).
+      const __m512i lodd = _mm512_srli_epi32(e, 27);
+      const __m512i pc = _mm512_ternarylogic_epi32(_mm512_sllv_epi32(_mm512_and_si512(e, m11), lodd),
+                                                   _mm512_srli_epi32(e, 16), m11, 0xF8);  // A | (B & C)
+      const __m512i pl = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 11), m4), lodd);
+      // Quads, per 64-bit word (at most 44 bits).
+      const __m512i qlo = _mm512_srli_epi64(pl, 32);
+      const __m512i qc =
+          _mm512_or_si512(_mm512_sllv_epi64(_mm512_and_si512(pc, lo32), qlo), _mm512_srli_epi64(pc, 32));
+      const __m512i ql = _mm512_add_epi64(_mm512_and_si512(pl, lo32), qlo);
+      // Octets in the even 64-bit words.
+      const __m512i qch = _mm512_bsrli_epi128(qc, 8), qlh = _mm512_bsrli_epi128(ql, 8);
+      oc[h] = _mm512_or_si512(_mm512_sllv_epi64(qc, qlh), qch);
+      ol[h] = _mm512_add_epi64(ql, qlh);
+    }
+    const __m512i c = _mm512_permutex2var_epi64(oc[0], evens, oc[1]);
+    const __m512i l = _mm512_permutex2var_epi64(ol[0], evens, ol[1]);
+    store512(code8 + i / 8, c);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(len8 + i / 8), _mm512_cvtepi64_epi8(l));
+    total = _mm512_add_epi64(total, l);
+    // 16-symbol groups in the even words, then packed.
+    const __m512i ch = _mm512_bsrli_epi128(c, 8), lh = _mm512_bsrli_epi128(l, 8);
+    const __m512i hc = _mm512_maskz_compress_epi64(0x55, _mm512_or_si512(_mm512_sllv_epi64(c, lh), ch));
+    const __m512i hl = _mm512_maskz_compress_epi64(0x55, _mm512_add_epi64(l, lh));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(code16 + i / 16), _mm512_castsi512_si256(hc));
+    const uint32_t l4 = uint32_t(_mm_cvtsi128_si32(_mm512_cvtepi64_epi8(hl)));
+    std::memcpy(len16 + i / 16, &l4, 4);
+  }
+  return uint64_t(_mm512_reduce_add_epi64(total));
+}
+
+// Appends the len (1..56) low bits of `code` to a lane's bit string. acc's low nb (< 8 between
+// calls) bits are the pending ones; each call stores 8 bytes, the pending bits at the top, and
+// keeps the incomplete byte (the stream bytes equal huff_lanes.h's BitWriter's).
+inline void put_bits(uint64_t& acc, uint32_t& nb, uint8_t*& out, uint64_t code, uint32_t len) {
+  acc = (acc << len) | code;
+  nb += len;
+  const uint64_t v = __builtin_bswap64(acc << (64 - nb));
+  std::memcpy(out, &v, 8);
+  out += nb >> 3;
+  nb &= 7;
+}
+
+inline void put_symbols(uint64_t& acc, uint32_t& nb, uint8_t*& out, const uint8_t* s, uint32_t n,
+                        const HuffCode& code) {
+  for (uint32_t i = 0; i < n; ++i) put_bits(acc, nb, out, code.code_of[s[i]], code.len_of[s[i]]);
+}
+
+size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out, size_t cap,
+                   uint16_t* lane_bytes) {
+  if (code.nsym > 64) return lanes_encode(sym, m, code, lanes, out, cap, lane_bytes);
+  alignas(64) uint16_t tw[64] = {0};
+  for (uint32_t s = code.lo; s < code.lo + code.nsym; ++s) {
+    tw[s & 63] = uint16_t(code.code_of[s] | (code.len_of[s] << 11));
+  }
+  const __m512i tw0 = load512(tw), tw1 = load512(tw + 32);
+  const uint32_t per = lane_elems(m, lanes);
+  const size_t slot = (size_t(per) * kMaxCodeLen + 7) / 8 + 16;
+  alignas(64) uint8_t scratch[kMaxLaneBytes + 32 * kMaxLanes];
+  constexpr int kW = 2;  // lanes interleaved (more spill the writers to the stack)
+  alignas(64) uint64_t code8[kW][kMaxBlockElems / 8], code16[kW][kMaxBlockElems / 16];
+  alignas(64) uint8_t len8[kW][kMaxBlockElems / 8 + 8], len16[kW][kMaxBlockElems / 16 + 8];
+  size_t total = 0;
+  for (int k0 = 0; k0 < lanes; k0 += kW) {
+    const int n = lanes - k0 < kW ? lanes - k0 : kW;
+    // Writer state in locals that are never address-taken, so that it stays in registers.
+    uint64_t acc[kW] = {0};
+    uint32_t nb[kW] = {0};
+    uint8_t* o[kW];
+    uint32_t cnt[kW], vec[kW];
+    uint64_t bits[kW];
+    const uint8_t* s[kW];
+    for (int j = 0; j < n; ++j) {
+      cnt[j] = lane_count(m, per, k0 + j);
+      vec[j] = cnt[j] & ~63u;
+      s[j] = sym + size_t(k0 + j) * per;
+      o[j] = scratch + size_t(k0 + j) * slot;
+      bits[j] = make_groups(s[j], vec[j], tw0, tw1, code8[j], len8[j], code16[j], len16[j]);
+    }
+    // An 8-symbol group of more than 56 bits is coded symbol by symbol.
+    auto put8 = [&](int j, uint32_t g) {
+      if (__builtin_expect(len8[j][g] <= 56, 1)) {
+        put_bits(acc[j], nb[j], o[j], code8[j][g], len8[j][g]);
+      } else {
+        put_symbols(acc[j], nb[j], o[j], s[j] + 8 * g, 8, code);
+      }
+    };
+    // 16-symbol groups when the lanes average at most 44 bits a group (the > 56 exceptions then
+    // stay rare enough for the branch), else 8-symbol groups.
+    const bool by16 = n == kW && vec[0] == vec[kW - 1] && bits[0] <= uint64_t(vec[0]) * 44 / 16 &&
+                      bits[kW - 1] <= uint64_t(vec[0]) * 44 / 16;
+    if (by16) {
+      for (uint32_t i = 0; i < vec[0] / 16; ++i) {
+#pragma GCC unroll 2
+        for (int j = 0; j < kW; ++j) {
+          if (__builtin_expect(len16[j][i] <= 56, 1)) {
+            put_bits(acc[j], nb[j], o[j], code16[j][i], len16[j][i]);
+          } else {
+            put8(j, 2 * i);
+            put8(j, 2 * i + 1);
+          }
+        }
+      }
+    } else {
+      for (int j = 0; j < n; ++j) {
+        for (uint32_t g = 0; g < vec[j] / 8; ++g) put8(j, g);
+      }
+    }
+    for (int j = 0; j < n; ++j) {
+      put_symbols(acc[j], nb[j], o[j], s[j] + vec[j], cnt[j] - vec[j], code);
+      uint8_t* base = scratch + size_t(k0 + j) * slot;
+      // The last partial byte was stored with the last bits (zero-padded); none if the lane is empty.
+      const size_t bytes = size_t(o[j] - base) + (nb[j] + 7) / 8;
+      if (total + bytes > cap) return SIZE_MAX;
+      std::memcpy(out + total, base, bytes);
+      lane_bytes[k0 + j] = uint16_t(bytes);
+      total += bytes;
+    }
+  }
+  return total;
+}
+
+Kernels make_avx512() {
+  Kernels k = *avx2_kernels();  // fp32 planes and the histogram: the AVX2 kernels
+  k.name = "avx512";
+  k.split16 = split16;
+  k.merge16 = merge16;
+  k.merge16_stream = merge16_stream;
+  k.minmax = minmax;
+  k.huff_encode = huff_encode;
+  k.huff_decode = huff_decode;
+  k.table_kind = TableKind::kReg;
+  return k;
+}
+
+}  // namespace
+
+const Kernels* avx512_kernels() {
+  static const bool ok = avx2_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
+                         __builtin_cpu_supports("bmi2");
+  static const Kernels k = ok ? make_avx512() : Kernels{};
+  return ok ? &k : nullptr;
+}
+
+}  // namespace codec
+}  // namespace zipccl
+
+#else  // no AVX-512 in this build (another architecture, or a compiler without the flags)
+
+namespace zipccl {
+namespace codec {
+const Kernels* avx512_kernels() { return nullptr; }
+}  // namespace codec
+}  // namespace zipccl
+
+#endif
