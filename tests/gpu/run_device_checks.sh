@@ -3,7 +3,8 @@
 # network), run the CUDA codec's GPU and host tests, compute-sanitizer memcheck and racecheck on the
 # GPU tests, hetero's NCCL executor, the plugin under real NCCL (`zipccl nccl-check`: every
 # collective, type and protocol bit-exact, compressed vs not; 100 iterations) and an unmodified
-# PyTorch DDP job (tests/gpu/ddp_check.py), then the codec throughput benchmark, printed last.
+# PyTorch DDP job (tests/gpu/ddp_check.py), the tool's --gpu (compress/decompress equal to the CPU's
+# stream, bench --gpu), then the codec throughput benchmark, printed last.
 # The nccl-check runs use the plugin's GPU path (NCCL_PTR_CUDA; NCCL_NET_GDR_LEVEL=SYS so NCCL puts
 # LL128/Simple buffers in device memory for a socket NIC) and the 100-iteration run does so under
 # CUDA_DEVICE_MAX_CONNECTIONS=1; their NCCL logs must show the GPU path on, GDRDMA channels and
@@ -99,6 +100,25 @@ if [ "$on" -eq 0 ] || [ "$gdrdma" -eq 0 ] || [ "$encoded" -eq 0 ] || [ "$decoded
   echo "=== gpu-path: FAILED (the GPU path was not exercised; see $logs)"; status=1
 fi
 step pytorch-ddp 150 python3 "$root/tests/gpu/ddp_check.py" --plugin "$plugin" --np 2 --steps 30
+
+# The tool's --gpu: a 96 MiB file (two frames) compressed on the GPU equals the CPU's stream, and
+# each side restores the other's; then `zipccl bench --gpu` on two of the built-in sets.
+tool_gpu() {
+  local d z="$build/tools/zipccl"
+  d=$(mktemp -d)
+  "$z" bench --list >/dev/null || return 1
+  python3 -c "import numpy as np; x = np.random.default_rng(7).normal(0, 1e-2, 48 << 20).astype(np.float32); (x.view(np.uint32) >> 16).astype('<u2').tofile('$d/in.bin')" &&
+    "$z" compress -t bf16 "$d/in.bin" "$d/cpu.zc" && "$z" compress --gpu -v -t bf16 "$d/in.bin" "$d/gpu.zc" &&
+    cmp "$d/cpu.zc" "$d/gpu.zc" && "$z" decompress --gpu "$d/cpu.zc" "$d/a.bin" && cmp "$d/in.bin" "$d/a.bin" &&
+    "$z" decompress "$d/gpu.zc" "$d/b.bin" && cmp "$d/in.bin" "$d/b.bin" &&
+    "$z" bench --gpu --reps 5 --sets gauss-bf16-s1e-3,bucket-bf16
+  local rc=$?
+  rm -rf "$d"
+  return $rc
+}
+export build
+export -f tool_gpu
+step tool-gpu 120 bash -c tool_gpu
 
 step bench 180 "$build/tests/gpu/zipccl_gpu_bench"
 echo "=== device checks: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
