@@ -38,7 +38,10 @@ if [[ "${ZIPCCL_QUICK:-0}" == 1 ]]; then
 fi
 
 stage "tests (ASan + UBSan)"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF >/dev/null
+# -O1 -g1 (ASan's recommended level; line tables for the reports): the hetero tests' templates
+# compile in half the time of -O2 -g, which kept CI under its 30 minutes.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build build-asan -j"$JOBS"
 # Left to the Release stage, for CI time: the install test (a second project's build) and the
 # never/auto device-buffer conformance runs (always.gpuemu keeps the GPU path's staging under ASan).
