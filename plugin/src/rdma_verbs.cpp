@@ -469,8 +469,8 @@ ncclResult_t VerbsFabric::write(int qp, uint64_t wr_id, const void* src, uint32_
   return post(qps_[qp], "a data QP", &wr);
 }
 
-ncclResult_t VerbsFabric::read(int qp, uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t raddr,
-                               uint32_t rkey) {
+ncclResult_t VerbsFabric::post_read(ibv_qp* qp, const char* what, uint64_t wr_id, void* dst, uint32_t lkey,
+                                    size_t len, uint64_t raddr, uint32_t rkey) {
   ibv_sge sge{reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(len), lkey};
   ibv_send_wr wr{};
   wr.wr_id = wr_id;
@@ -480,8 +480,13 @@ ncclResult_t VerbsFabric::read(int qp, uint64_t wr_id, void* dst, uint32_t lkey,
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = raddr;
   wr.wr.rdma.rkey = rkey;
+  return post(qp, what, &wr);
+}
+
+ncclResult_t VerbsFabric::read(int qp, uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t raddr,
+                               uint32_t rkey) {
   if (qp < 0 || qp >= qp_count()) return ncclInternalError;
-  return post(qps_[qp], "a data QP", &wr);
+  return post_read(qps_[qp], "a data QP", wr_id, dst, lkey, len, raddr, rkey);
 }
 
 ncclResult_t VerbsFabric::flush_read(uint64_t wr_id, void* dst, uint32_t lkey, size_t len, uint64_t addr,
@@ -496,16 +501,7 @@ ncclResult_t VerbsFabric::flush_read(uint64_t wr_id, void* dst, uint32_t lkey, s
     }
     flush_qp_ = qp;
   }
-  ibv_sge sge{reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(len), lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = addr;
-  wr.wr.rdma.rkey = rkey;
-  return post(flush_qp_, "the flush QP", &wr);
+  return post_read(flush_qp_, "the flush QP", wr_id, dst, lkey, len, addr, rkey);
 }
 
 ncclResult_t VerbsFabric::post_recv(int qp, uint64_t wr_id) {

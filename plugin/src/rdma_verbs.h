@@ -130,6 +130,9 @@ class VerbsFabric final : public ConnectableFabric {
   VerbsFabric(const IbvApi* api, const IbPort* port, const VerbsOptions& opt)
       : api_(api), port_(port), opt_(opt) {}
   ncclResult_t post(ibv_qp* qp, const char* what, ibv_send_wr* wr);
+  // A signalled RDMA read of len bytes from (raddr, rkey) into dst (lkey) on qp.
+  ncclResult_t post_read(ibv_qp* qp, const char* what, uint64_t wr_id, void* dst, uint32_t lkey, size_t len,
+                         uint64_t raddr, uint32_t rkey);
   ncclResult_t new_qp(int send_wr, int recv_wr, ibv_qp** out);
   ncclResult_t connect_qp(ibv_qp* qp, const QpEndpoint& remote, uint32_t qpn, const char* what);
   const CudaDriverApi* cuda();
