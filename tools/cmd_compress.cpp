@@ -245,8 +245,9 @@ int cmd_compress(int argc, char** argv) {
   const size_t hint = files.input_size();
   size_t in_cap = regular && hint < kFrameInput ? hint + 1 : kFrameInput;
   std::unique_ptr<uint8_t[]> in(new uint8_t[in_cap]);
-  size_t out_cap = codec::max_encoded_size(in_cap);
-  std::unique_ptr<uint8_t[]> out(new uint8_t[out_cap]);
+  // The CPU codec's output buffer; with --gpu the frame comes back in gpu_frame instead.
+  size_t out_cap = o.gpu ? 0 : codec::max_encoded_size(in_cap);
+  std::unique_ptr<uint8_t[]> out(o.gpu ? nullptr : new uint8_t[out_cap]);
 
   codec::EncodeOptions opt;
   opt.type = o.type;
@@ -265,12 +266,14 @@ int cmd_compress(int argc, char** argv) {
       n += more;
       in = std::move(bigger);
       in_cap = kFrameInput;
-      out_cap = codec::max_encoded_size(in_cap);
-      out.reset(new uint8_t[out_cap]);
+      if (!o.gpu) {
+        out_cap = codec::max_encoded_size(in_cap);
+        out.reset(new uint8_t[out_cap]);
+      }
     }
     if (n == 0 && frames > 0) break;
     size_t encoded = 0;
-    const uint8_t* frame = out.get();
+    const uint8_t* frame = nullptr;
     if (o.gpu) {
       std::string err;
       if (!gpu.encode(in.get(), n, o.type, o.block_log2, &gpu_frame, &err)) {
@@ -280,6 +283,7 @@ int cmd_compress(int argc, char** argv) {
       frame = gpu_frame.data();
       encoded = gpu_frame.size();
     } else {
+      frame = out.get();
       codec::Status st = codec::encode(in.get(), n, out.get(), out_cap, &encoded, opt);
       if (st != codec::Status::kOk) {
         files.error(files.in_name(),
