@@ -12,16 +12,16 @@ namespace codec {
 
 // Encodes m elements of `type` (fmt::kType*) from src into dst (at most cap bytes; cap >=
 // fmt::block_bound(m, planes) always suffices). Returns the block's size (a multiple of 4), or 0
-// when it does not fit in cap.
+// when it does not fit in cap. ahead: lines to prefetch meanwhile (kernels.h), or nullptr.
 size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t type, int lanes, uint8_t* dst,
-                    size_t cap);
+                    size_t cap, Ahead* ahead = nullptr);
 
 // Decodes a block of exactly `size` bytes holding m elements of `type` into dst (m * elem size
 // bytes). Bytes up to readable_end (the frame's end) may be read. Returns false if the block is
 // malformed; dst may then hold partial output. stream_out: write 16-bit outputs with streaming
 // stores where the kernel set has them (outputs much larger than the caches).
 bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m, uint8_t type, int lanes,
-                  const uint8_t* readable_end, uint8_t* dst, bool stream_out = false);
+                  const uint8_t* readable_end, uint8_t* dst, bool stream_out = false, Ahead* ahead = nullptr);
 
 }  // namespace codec
 }  // namespace zipccl

@@ -27,7 +27,7 @@ bool read_sparse(const uint8_t* data, uint32_t k, uint8_t base, uint32_t m, uint
 }  // namespace
 
 bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m, uint8_t type, int lanes,
-                  const uint8_t* readable_end, uint8_t* dst, bool stream_out) {
+                  const uint8_t* readable_end, uint8_t* dst, bool stream_out, Ahead* ahead) {
   alignas(64) uint8_t scratch[4][kMaxBlockElems];
   DecodeTable table[4];
   const uint8_t* plane[4];
@@ -82,7 +82,8 @@ bool decode_block(const Kernels& k, const uint8_t* blk, size_t size, uint32_t m,
     } else {
       bytes = stream[p];
       if (pos + bytes > size) return false;
-      if (!k.huff_decode(blk + pos, lane_bytes[p], lanes, table[p], m, scratch[p], readable_end)) return false;
+      if (!k.huff_decode(blk + pos, lane_bytes[p], lanes, table[p], m, scratch[p], readable_end, ahead))
+        return false;
       plane[p] = scratch[p];
     }
     const size_t end = pos + round_up4(bytes);

@@ -13,27 +13,6 @@ using namespace fmt;
 // difference, which in a non-constant plane comes within a few bytes.
 bool all_equal(const uint8_t* p, uint32_t m) { return m < 2 || std::memcmp(p, p + 1, m - 1) == 0; }
 
-// Counts every kScreenStride-th byte: the screen of planes other than the exponent (usually
-// near-random mantissa bits), and the sample that may stand in for the full histogram.
-// Four sub-histograms, four samples a step: an exponent plane's few values would otherwise make
-// each increment wait for the previous one to the same counter.
-void sample_histogram(const uint8_t* p, uint32_t m, uint32_t* freq) {
-  constexpr uint32_t kS = policy::kScreenStride;
-  uint32_t h[4][256];
-  std::memset(h, 0, sizeof(h));
-  const uint8_t* q = p;
-  const uint8_t* const end = p + m;
-  // One pointer and constant offsets: two instructions a sample.
-  for (; end - q > ptrdiff_t(3 * kS); q += 4 * kS) {
-    h[0][q[0]]++;
-    h[1][q[kS]]++;
-    h[2][q[2 * kS]]++;
-    h[3][q[3 * kS]]++;
-  }
-  for (; q < end; q += kS) h[0][*q]++;
-  for (int s = 0; s < 256; ++s) freq[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
-}
-
 struct PlanePlan {
   uint8_t mode;
   uint8_t value;     // kPlaneConst; kPlaneSparse: the base byte
@@ -56,7 +35,7 @@ void write_sparse(const uint8_t* p, uint32_t m, uint8_t base, uint32_t except, u
 }  // namespace
 
 size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t type, int lanes, uint8_t* dst,
-                    size_t cap) {
+                    size_t cap, Ahead* ahead) {
   alignas(64) uint8_t planes[4][kMaxBlockElems];
   HuffCode codes[4];
   const int np = type_planes(type);
@@ -76,7 +55,7 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
       continue;
     }
     uint32_t freq[256];
-    sample_histogram(planes[p], m, freq);
+    k.sample_histogram(planes[p], m, freq);
     const uint32_t samples = policy::screen_samples(m);
     if (p != 0 && !policy::screen_says_code(freq, samples)) continue;
     uint32_t lo, hi;
@@ -86,7 +65,8 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
     } else {
       k.histogram(planes[p], m, freq);
     }
-    const uint64_t bits = build_huffman(freq, &codes[p]);
+    // freq is zero outside [lo, hi] (the plane's range), exact or sampled.
+    const uint64_t bits = build_huffman(freq, &codes[p], lo, hi);
     const bool huff = policy::huff_estimate_pays(codes[p].nsym, bits, lanes, m);
     uint32_t except = 0;
     const uint32_t base = policy::sparse_base(freq, m, &except);
@@ -138,7 +118,7 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
         const size_t room = pos < cap ? cap - pos : 0;
         uint16_t lane_bytes[kMaxLanes];
         const size_t stream = k.huff_encode(planes[p], m, *plan[p].code, lanes, dst + pos,
-                                            limit < room ? limit : room, lane_bytes);
+                                            limit < room ? limit : room, lane_bytes, ahead);
         if (stream == SIZE_MAX) {
           if (limit <= room) {  // not worth it after all: ship the plane raw
             plan[p].mode = kPlaneRaw;

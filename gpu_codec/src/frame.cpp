@@ -4,6 +4,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 #include "block.h"
 #include "zipccl/codec.h"
 
@@ -95,7 +99,16 @@ size_t encode_blocks(const Kernels& k, const uint8_t* src, const Layout& l, uint
   for (uint32_t b = b0; b < b1; ++b) {
     const uint64_t first = uint64_t(b) * l.block_elems;
     const uint32_t m = uint32_t(std::min<uint64_t>(l.block_elems, l.nelem - first));
-    const size_t bytes = encode_block(k, src + first * l.esize, m, type, lanes, dst + pos, cap - pos);
+    // The next block's input, and as many output bytes as this block's input (its size when
+    // compressed ~1.5x, plus the start of the next block's).
+    Ahead ahead;
+    if (b + 1 < b1) {
+      ahead.p = src + (first + m) * l.esize;
+      ahead.end = ahead.p + size_t(std::min<uint64_t>(l.block_elems, l.nelem - first - m)) * l.esize;
+    }
+    ahead.w = dst + pos;
+    ahead.wend = dst + std::min(cap, pos + size_t(m) * l.esize);
+    const size_t bytes = encode_block(k, src + first * l.esize, m, type, lanes, dst + pos, cap - pos, &ahead);
     if (!bytes) return SIZE_MAX;
     store_le32(sizes + 4 * size_t(b), uint32_t(bytes));
     pos += bytes;
@@ -107,15 +120,24 @@ bool decode_blocks(const Kernels& k, const uint8_t* frame, const uint8_t* frame_
                    uint8_t type, int lanes, uint32_t b0, uint32_t b1, uint8_t* dst, bool stream_out) {
   const uint8_t* index = frame + l.index_at;
   const uint8_t* payload = frame + l.payload_at;
-  for (uint32_t b = b0; b < b1; ++b) {
+  bool ok = true;
+  for (uint32_t b = b0; ok && b < b1; ++b) {
     const uint32_t begin = b ? load_le32(index + 4 * (b - 1)) : 0;
     const uint32_t end = load_le32(index + 4 * b);
     const uint64_t first = uint64_t(b) * l.block_elems;
     const uint32_t m = uint32_t(std::min<uint64_t>(l.block_elems, l.nelem - first));
-    if (!decode_block(k, payload + begin, end - begin, m, type, lanes, frame_end, dst + first * l.esize, stream_out))
-      return false;
+    // The next block's bytes (the output needs none: streaming stores, or caches that hold it).
+    Ahead ahead;
+    if (b + 1 < b1) ahead.p = payload + end, ahead.end = payload + load_le32(index + 4 * (b + 1));
+    ok = decode_block(k, payload + begin, end - begin, m, type, lanes, frame_end, dst + first * l.esize,
+                      stream_out, &ahead);
   }
-  return true;
+  // Orders the streaming stores (kernels.h merge16_stream, x86-64 only) before whatever follows,
+  // the partial output of a malformed frame included.
+#if defined(__x86_64__)
+  if (stream_out && k.merge16_stream) _mm_sfence();
+#endif
+  return ok;
 }
 
 // Runs fn(t, b0, b1) over `threads` contiguous block ranges, on the calling thread too.

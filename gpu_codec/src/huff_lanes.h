@@ -12,9 +12,11 @@
 #endif
 
 #include "huffman.h"
+#include "kernels.h"
 
 namespace {  // NOLINT: one copy per kernel translation unit, by design
 
+using zipccl::codec::Ahead;
 using zipccl::codec::DecodeTable;
 using zipccl::codec::HuffCode;
 namespace fmt = zipccl::codec::fmt;
@@ -286,6 +288,17 @@ bool lanes_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, cons
     }
   }
   return true;
+}
+
+// The lane coders in the Kernels signatures: the pair-table sets take no prefetch hints (Ahead).
+[[maybe_unused]] size_t lanes_encode_k(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes,
+                                       uint8_t* out, size_t cap, uint16_t* lane_bytes, Ahead*) {
+  return lanes_encode(sym, m, code, lanes, out, cap, lane_bytes);
+}
+[[maybe_unused]] bool lanes_decode_k(const uint8_t* in, const uint16_t* lane_bytes, int lanes,
+                                     const DecodeTable& t, uint32_t m, uint8_t* out,
+                                     const uint8_t* readable_end, Ahead*) {
+  return lanes_decode(in, lane_bytes, lanes, t, m, out, readable_end);
 }
 
 }  // namespace

@@ -8,13 +8,27 @@
 namespace zipccl {
 namespace codec {
 
-uint64_t build_huffman(const uint32_t* freq, HuffCode* code) {
+uint64_t build_huffman(const uint32_t* freq, HuffCode* code, uint32_t lo_hint, uint32_t hi_hint) {
   uint64_t key[256];
   int n = 0;
-  for (uint32_t s = 0; s < 256; ++s) {
-    if (freq[s]) key[n++] = policy::leaf_key(freq[s], s);
+  // Branch-free: whether a count is zero is a coin toss in a plane's tails.
+  for (uint32_t s = lo_hint; s <= hi_hint && s < 256; ++s) {
+    key[n] = policy::leaf_key(freq[s], s);
+    n += freq[s] != 0;
   }
-  policy::sort_leaves(key, n);
+  // Keys are distinct, so every sort gives policy::sort_leaves' order. Exponent planes have a few
+  // dozen leaves, where insertion sort takes one mispredicted branch per leaf against the heapsort's
+  // one per comparison (an exponent plane: 425 vs 475 ns; with the [lo, hi] scan 165 ns, v1n).
+  if (n <= 64) {
+    for (int i = 1; i < n; ++i) {
+      const uint64_t k = key[i];
+      int j = i;
+      for (; j > 0 && key[j - 1] > k; --j) key[j] = key[j - 1];
+      key[j] = k;
+    }
+  } else {
+    policy::sort_leaves(key, n);
+  }
   uint64_t leaf_freq[256];
   uint32_t leaf_sym[256];
   for (int i = 0; i < n; ++i) leaf_freq[i] = key[i] >> 8, leaf_sym[i] = uint32_t(key[i] & 0xFF);

@@ -21,8 +21,9 @@ struct HuffCode {
 
 // Builds the length-limited (fmt::kMaxCodeLen) complete prefix code for histogram `freq` (256
 // counts). Requires at least two symbols with non-zero counts. Returns the coded size in bits
-// of the symbols (sum of freq * length), excluding descriptor and stream padding.
-uint64_t build_huffman(const uint32_t* freq, HuffCode* code);
+// of the symbols (sum of freq * length), excluding descriptor and stream padding. Counts outside
+// [lo, hi] must be zero (only that range is scanned: an exponent plane's few dozen values).
+uint64_t build_huffman(const uint32_t* freq, HuffCode* code, uint32_t lo = 0, uint32_t hi = 255);
 
 // CPU decoder table for one code, indexed by the next 11 bits of a lane (MSB first), decoding
 // two codes per lookup whenever both fit in the window. Byte fields, so that each is one load

@@ -1,6 +1,7 @@
 // Scalar reference kernels: the definition every SIMD and GPU variant is tested against.
 #include <cstring>
 
+#include "encoder_policy.h"
 #include "huff_lanes.h"
 #include "kernels.h"
 
@@ -69,10 +70,32 @@ void minmax_scalar(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
   *lo = a, *hi = b;
 }
 
+// Counts every kScreenStride-th byte: the screen of planes other than the exponent (usually
+// near-random mantissa bits), and the sample that may stand in for the full histogram.
+// Four sub-histograms, four samples a step: an exponent plane's few values would otherwise make
+// each increment wait for the previous one to the same counter.
+void sample_histogram_scalar(const uint8_t* p, uint32_t m, uint32_t* freq) {
+  constexpr uint32_t kS = policy::kScreenStride;
+  uint32_t h[4][256];
+  std::memset(h, 0, sizeof(h));
+  const uint8_t* q = p;
+  const uint8_t* const end = p + m;
+  // One pointer and constant offsets: two instructions a sample.
+  for (; end - q > ptrdiff_t(3 * kS); q += 4 * kS) {
+    h[0][q[0]]++;
+    h[1][q[kS]]++;
+    h[2][q[2 * kS]]++;
+    h[3][q[3 * kS]]++;
+  }
+  for (; q < end; q += kS) h[0][*q]++;
+  for (int s = 0; s < 256; ++s) freq[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
+}
+
 namespace {
 
-const Kernels kScalar = {"scalar",     split16,          merge16,          nullptr,          split32, merge32, histogram, minmax_scalar,
-                         huff_encode_lanes, huff_decode_lanes, TableKind::kPair};
+const Kernels kScalar = {"scalar",       split16,        merge16,          nullptr,
+                         split32,        merge32,        histogram,        minmax_scalar,
+                         lanes_encode_k, lanes_decode_k, TableKind::kPair, sample_histogram_scalar};
 
 }  // namespace
 

@@ -101,8 +101,9 @@ void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
   *lo = x, *hi = y;
 }
 
-const Kernels kAvx2 = {"avx2", split16, merge16, nullptr, split32, merge32, histogram, minmax, lanes_encode, lanes_decode,
-                        TableKind::kPair};
+const Kernels kAvx2 = {"avx2",         split16,        merge16,          nullptr,
+                       split32,        merge32,        histogram,        minmax,
+                       lanes_encode_k, lanes_decode_k, TableKind::kPair, sample_histogram_scalar};
 
 }  // namespace
 

@@ -4,15 +4,14 @@
 //
 // The Huffman lanes run 16 at a time, one per 32-bit element of a zmm register:
 // - decode: each lane's next 16 stream bytes come in with gathers (8 x 64-bit each), byte-swapped
-//   into 32-bit words; eight codes are then decoded from that window, four at a time from a (hi,
-//   lo) pair of words, with in-register byte permutes of the 512-byte register tables (huffman.h:
-//   a 7-bit prefix table for codes of up to 7 bits, and the last 128 11-bit windows), no table
-//   gather. The four symbols of each lane form one 32-bit word; 16 such rows are transposed into
-//   the lanes' output runs with register shuffles. Two groups of 16 lanes (a block's 32 lanes) are
-//   interleaved, each lane being one dependency chain. Lanes the vector loop cannot take (a
-//   block's last, shorter lanes, streams ending within 16 bytes of the readable end) are decoded
-//   one symbol at a time with the same tables, and every lane is checked as the scalar decoder
-//   checks it.
+//   into 32-bit words; eight codes, or more while every lane has 44 bits left, are then decoded
+//   from that window, four at a time from a (hi, lo) pair of words, with in-register byte permutes
+//   of the 512-byte register tables (huffman.h: a 7-bit prefix table for codes of up to 7 bits,
+//   and the last 128 11-bit windows), no table gather. The four symbols of each lane form one 32-bit word; 16
+//   such rows are transposed into the lanes' output runs with register shuffles. Two groups of 16 lanes (a
+//   block's 32 lanes) are interleaved, each lane being one dependency chain. Lanes the vector loop cannot
+//   take (a block's last, shorter lanes, streams ending within 16 bytes of the readable end) are decoded one
+//   symbol at a time with the same tables, and every lane is checked as the scalar decoder checks it.
 // - encode: codes and lengths of 32 symbols come from one word permute (alphabets spanning at most
 //   64 values), are joined into groups of 2, 4, 8 and 16 with variable shifts, and a scalar loop
 //   appends one group of 16 (or, where a lane's codes are longer, of 8) per step to each lane's
@@ -30,6 +29,7 @@
 
 #include <cstring>
 
+#include "encoder_policy.h"
 #include "huff_lanes.h"
 
 namespace zipccl {
@@ -38,6 +38,19 @@ namespace {
 
 using namespace fmt;
 
+// Prefetches (kernels.h Ahead): lines per decoder step (a 16-byte window of 32 lanes, 4-8 quads:
+// ~11 steps a block, so 16 lines cover a next block of ~11 KiB; 6 lines: 64 MiB decode 6-9% slower,
+// 24: no better), and per 64 symbols a lane coder groups (two read and two write lines: 16 KiB of
+// next input and of output over a plane's 8192 symbols). Into L1 (prefetcht0): 3-8% faster than
+// into L2 only.
+constexpr int kAheadDecodeLines = 16;
+constexpr int kAheadEncodeLines = 2;
+inline void prefetch_read(Ahead& a) {
+  if (a.p < a.end) _mm_prefetch(reinterpret_cast<const char*>(a.p), _MM_HINT_T0), a.p += 64;
+}
+inline void prefetch_write(Ahead& a) {
+  if (a.w < a.wend) _m_prefetchw(a.w), a.w += 64;
+}
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline void store512(void* p, __m512i v) { _mm512_storeu_si512(p, v); }
 
@@ -63,37 +76,49 @@ void split16(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1) {
   if (i < m) scalar_kernels().split16(src + 2 * i, m - i, p0 + i, p1 + i);
 }
 
+// 64 elements from 64 bytes of each plane: the low bytes (p0 bit 0 -> bit 7, p1 bits 6..0) and the
+// high bytes (p1 bit 7, p0 bits 7..1) in byte form, then interleaved. The qword permute puts
+// elements 8j..8j+7 in the low half of 128-bit lane j (qwords 0..3) and 32 + 8j.. in the high half, so
+// that the in-lane byte unpacks give elements 0..31 and 32..63 in order. 8 instructions, 4 on port 5
+// (two vpmovzxbw a plane per 32 elements before: 15, 6 on port 5).
+struct Merge64 {
+  __m512i x7f = _mm512_set1_epi8(0x7F), order = _mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0);
+  inline void operator()(__m512i a, __m512i b, __m512i* lo, __m512i* hi) const {
+    const __m512i l = _mm512_ternarylogic_epi32(x7f, b, _mm512_slli_epi16(a, 7), 0xCA);  // x7f ? b : a << 7
+    const __m512i h = _mm512_ternarylogic_epi32(x7f, _mm512_srli_epi16(a, 1), b, 0xCA);  // x7f ? a >> 1 : b
+    const __m512i lp = _mm512_permutexvar_epi64(order, l), hp = _mm512_permutexvar_epi64(order, h);
+    *lo = _mm512_unpacklo_epi8(lp, hp);
+    *hi = _mm512_unpackhi_epi8(lp, hp);
+  }
+};
+
 void merge16(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
-  const __m512i x80 = _mm512_set1_epi16(0x80), x7f = _mm512_set1_epi16(0x7F);
+  const Merge64 mg;
   uint32_t i = 0;
-  for (; i + 32 <= m; i += 32) {
-    const __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + i)));
-    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + i)));
-    // (b & 0x80) << 8 | a << 7 | b & 0x7F
-    const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(b, x80), 8);
-    const __m512i v = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi16(a, 7), _mm512_and_si512(b, x7f), 0xFE);
-    store512(dst + 2 * i, v);
+  for (; i + 64 <= m; i += 64) {
+    __m512i lo, hi;
+    mg(load512(p0 + i), load512(p1 + i), &lo, &hi);
+    store512(dst + 2 * i, lo);
+    store512(dst + 2 * i + 64, hi);
   }
   if (i < m) scalar_kernels().merge16(p0 + i, p1 + i, m - i, dst + 2 * i);
 }
 
 // merge16 with streaming stores from the first 64-byte boundary of dst on (dst must be even for
-// there to be one); an sfence makes them ordered before whatever follows.
+// there to be one). Not fenced (kernels.h).
 void merge16_stream(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
   const uintptr_t mis = reinterpret_cast<uintptr_t>(dst) & 63;
   if (mis & 1) return merge16(p0, p1, m, dst);
   uint32_t i = uint32_t(((64 - mis) & 63) / 2);
   if (i >= m) return merge16(p0, p1, m, dst);
   if (i) scalar_kernels().merge16(p0, p1, i, dst);
-  const __m512i x80 = _mm512_set1_epi16(0x80), x7f = _mm512_set1_epi16(0x7F);
-  for (; i + 32 <= m; i += 32) {
-    const __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + i)));
-    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + i)));
-    const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(b, x80), 8);
-    const __m512i v = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi16(a, 7), _mm512_and_si512(b, x7f), 0xFE);
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + 2 * i), v);
+  const Merge64 mg;
+  for (; i + 64 <= m; i += 64) {
+    __m512i lo, hi;
+    mg(load512(p0 + i), load512(p1 + i), &lo, &hi);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + 2 * i), lo);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + 2 * i + 64), hi);
   }
-  _mm_sfence();
   if (i < m) scalar_kernels().merge16(p0 + i, p1 + i, m - i, dst + 2 * i);
 }
 
@@ -116,6 +141,82 @@ void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
   uint32_t x = 255, y = 0;
   for (int k = 0; k < 64; ++k) x = la[k] < x ? la[k] : x, y = lb[k] > y ? lb[k] : y;
   *lo = x, *hi = y;
+}
+
+// Counts of every 8th byte. The samples are packed first, 64 at a time. When they span fewer than
+// kNarrow values (exponent planes: a few dozen), each value is counted by compares: one vpcmpeqb
+// and one masked byte add per 64 samples and value, against ~5 instructions per sample for the
+// increments, whose repeats of one counter also wait on each other (an exponent plane: 0.47 vs
+// 1.06 ns per sample, v1l). Wider spans (mantissa planes) go to the scalar counter.
+void sample_histogram(const uint8_t* p, uint32_t m, uint32_t* freq) {
+  static_assert(policy::kScreenStride == 8, "one sample per 64-bit word");
+  constexpr uint32_t kNarrow = 64;
+  const uint32_t n = (m + 7) / 8;
+  if (n > kMaxBlockElems / 8) return sample_histogram_scalar(p, m, freq);
+  alignas(64) uint8_t s[kMaxBlockElems / 8 + 64];
+  // 64 samples from 512 bytes: four byte permutes of 128 bytes each (16 samples, bytes 0, 8, ..
+  // 120, into bytes 16t..16t+15 of the result). 7 instructions; vpmovqb: 16.
+  const __m512i pick = _mm512_set4_epi32(0x78706860, 0x58504840, 0x38302820, 0x18100800);
+  __m512i lo = _mm512_set1_epi8(char(0xFF)), hi = _mm512_setzero_si512();
+  uint32_t j = 0;
+  for (; 8 * j + 512 <= m; j += 64) {
+    const uint8_t* q = p + 8 * j;
+    __m512i x = _mm512_maskz_permutex2var_epi8(0xFFFFull, load512(q), pick, load512(q + 64));
+    x = _mm512_or_si512(
+        x, _mm512_maskz_permutex2var_epi8(0xFFFFull << 16, load512(q + 128), pick, load512(q + 192)));
+    x = _mm512_or_si512(
+        x, _mm512_maskz_permutex2var_epi8(0xFFFFull << 32, load512(q + 256), pick, load512(q + 320)));
+    x = _mm512_or_si512(
+        x, _mm512_maskz_permutex2var_epi8(0xFFFFull << 48, load512(q + 384), pick, load512(q + 448)));
+    store512(s + j, x);
+    lo = _mm512_min_epu8(lo, x), hi = _mm512_max_epu8(hi, x);
+    // Mantissa planes show a wide span in their first samples: count those where they lie.
+    if (j == 0 && _mm512_cmpge_epu8_mask(_mm512_sub_epi8(hi, lo), _mm512_set1_epi8(char(kNarrow)))) {
+      return sample_histogram_scalar(p, m, freq);
+    }
+  }
+  // The samples past the last 512-byte step come one at a time; their vectors join the span here
+  // (whole ones, then the masked tail).
+  const uint32_t gathered = j;
+  for (; j < n; ++j) s[j] = p[8 * j];
+  const uint32_t full = n / 64;
+  const __mmask64 tail = _bzhi_u64(~0ull, n % 64);
+  for (uint32_t v = gathered / 64; v < full; ++v) {
+    const __m512i x = load512(s + 64 * v);
+    lo = _mm512_min_epu8(lo, x), hi = _mm512_max_epu8(hi, x);
+  }
+  if (tail) {
+    const __m512i x = _mm512_maskz_loadu_epi8(tail, s + 64 * full);
+    lo = _mm512_mask_min_epu8(lo, tail, lo, x), hi = _mm512_max_epu8(hi, x);
+  }
+  alignas(64) uint8_t la[64], lb[64];
+  store512(la, lo);
+  store512(lb, hi);
+  uint32_t a = 255, b = 0;
+  for (int k = 0; k < 64; ++k) a = la[k] < a ? la[k] : a, b = lb[k] > b ? lb[k] : b;
+  if (b - a >= kNarrow) {
+    uint32_t h[4][256];
+    std::memset(h, 0, sizeof(h));
+    uint32_t i = 0;
+    for (; i + 4 <= n; i += 4) h[0][s[i]]++, h[1][s[i + 1]]++, h[2][s[i + 2]]++, h[3][s[i + 3]]++;
+    for (; i < n; ++i) h[0][s[i]]++;
+    for (int c = 0; c < 256; ++c) freq[c] = h[0][c] + h[1][c] + h[2][c] + h[3][c];
+    return;
+  }
+  std::memset(freq, 0, 256 * sizeof(uint32_t));
+  const __m512i one = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
+  for (uint32_t c = a; c <= b; ++c) {
+    const __m512i vc = _mm512_set1_epi8(char(c));
+    // Byte counters: at most kMaxBlockElems / 8 / 64 = 32 per byte.
+    __m512i acc = _mm512_setzero_si512();
+    for (uint32_t v = 0; v < full; ++v) {
+      acc = _mm512_mask_add_epi8(acc, _mm512_cmpeq_epi8_mask(load512(s + 64 * v), vc), acc, one);
+    }
+    if (tail)
+      acc =
+          _mm512_mask_add_epi8(acc, _mm512_mask_cmpeq_epi8_mask(tail, load512(s + 64 * full), vc), acc, one);
+    freq[c] = uint32_t(_mm512_reduce_add_epi64(_mm512_sad_epu8(acc, zero)));
+  }
 }
 
 // ---- Huffman decode --------------------------------------------------------------------------
@@ -220,7 +321,7 @@ struct RegDecoder {
 // end gets there). pos_out: each lane's end bit, from `in`.
 template <int G>
 void decode_groups(const uint8_t* in, const uint32_t* start, uint32_t quads, const RegTables& t, uint8_t* out,
-                   uint32_t per, uint32_t lim, uint32_t* pos_out) {
+                   uint32_t per, uint32_t lim, uint32_t* pos_out, Ahead& ahead) {
   const RegDecoder dec(t);
   const __m512i seven = _mm512_set1_epi32(7), c31 = _mm512_set1_epi32(31), vlim = _mm512_set1_epi32(int(lim));
   const __m512i bswap64 = _mm512_set4_epi32(0x08090A0B, 0x0C0D0E0F, 0x00010203, 0x04050607);
@@ -238,33 +339,71 @@ void decode_groups(const uint8_t* in, const uint32_t* start, uint32_t quads, con
   };
   __m512i pos[G];
   for (int g = 0; g < G; ++g) pos[g] = _mm512_slli_epi32(load512(start + 16 * g), 3);
-  alignas(64) uint32_t rows[G][16 * 16];
-  auto flush_rows = [&](uint32_t q) {  // after row q was written
-    if ((q & 15) == 15) {
-      for (int g = 0; g < G; ++g) transpose16_store(rows[g], out + size_t(16 * g) * per + 4 * (q - 15), per);
+  // Rows of quads, 32 per group: a window adds at most kMaxQuads rows before the flush, which
+  // leaves the previous 16 untouched until they are transposed out.
+  alignas(64) uint32_t rows[G][32 * 16];
+  uint32_t flushed = 0;                      // rows [0, flushed) are in out
+  auto flush_rows = [&](uint32_t written) {  // rows [0, written) are decoded
+    for (; flushed + 16 <= written; flushed += 16) {
+      for (int g = 0; g < G; ++g) {
+        transpose16_store(rows[g] + 16 * (flushed & 31), out + size_t(16 * g) * per + 4 * flushed, per);
+      }
     }
   };
+  auto row = [&](int g, uint32_t r) { return rows[g] + 16 * (r & 31); };
+  // Each window is 16 bytes a lane. Two quads always fit (at most 7 + 2 * 44 bits); more follow
+  // from the same window while every lane of the groups has a whole quad (44 bits) left in it,
+  // p <= 84: exponent codes (~2.7 bits a symbol) give several quads a window, and each gather
+  // serves that many more symbols (v1m: a block in cache decoded in 1.45 instead of 1.7 cycles an
+  // element). At most kMaxQuads, which bounds the rows written between flushes.
+  constexpr uint32_t kMaxQuads = 8;  // 6, 12, 16: the same speed within noise
+  const __m512i c63 = _mm512_set1_epi32(63), c84 = _mm512_set1_epi32(84);
   uint32_t q = 0;
-  for (; q + 2 <= quads; q += 2) {
+  while (q + 2 <= quads) {
+    for (int j = 0; j < kAheadDecodeLines; ++j) prefetch_read(ahead);
+    __m512i d[G][4], p[G];
 #pragma GCC unroll 2
     for (int g = 0; g < G; ++g) {
       const __m512i off = _mm512_min_epu32(_mm512_srli_epi32(pos[g], 3), vlim);
-      __m512i d0, d1, d2, d3;
-      window8(off, 0, &d0, &d1);
-      window8(off, 8, &d2, &d3);
+      window8(off, 0, &d[g][0], &d[g][1]);
+      window8(off, 8, &d[g][2], &d[g][3]);
       const __m512i sh = _mm512_and_si512(pos[g], seven);
       __m512i acc;
       // First quad: bits from sh (< 8); second: from p = sh + used (<= 51), i.e. word p / 32.
-      const __m512i p = _mm512_add_epi32(sh, dec.quad(_mm512_shldv_epi32(d0, d1, sh), _mm512_shldv_epi32(d1, d2, sh), &acc));
-      store512(rows[g] + 16 * (q & 15), _mm512_shuffle_epi8(acc, bswap32));
-      const __mmask16 k32 = _mm512_cmpgt_epu32_mask(p, c31);
-      const __m512i e0 = _mm512_mask_blend_epi32(k32, d0, d1), e1 = _mm512_mask_blend_epi32(k32, d1, d2),
-                    e2 = _mm512_mask_blend_epi32(k32, d2, d3);
-      const __m512i used = dec.quad(_mm512_shldv_epi32(e0, e1, p), _mm512_shldv_epi32(e1, e2, p), &acc);
-      store512(rows[g] + 16 * ((q + 1) & 15), _mm512_shuffle_epi8(acc, bswap32));
-      pos[g] = _mm512_add_epi32(_mm512_andnot_si512(seven, pos[g]), _mm512_add_epi32(p, used));
+      p[g] = _mm512_add_epi32(sh, dec.quad(_mm512_shldv_epi32(d[g][0], d[g][1], sh),
+                                           _mm512_shldv_epi32(d[g][1], d[g][2], sh), &acc));
+      store512(row(g, q), _mm512_shuffle_epi8(acc, bswap32));
+      const __mmask16 k32 = _mm512_cmpgt_epu32_mask(p[g], c31);
+      const __m512i e0 = _mm512_mask_blend_epi32(k32, d[g][0], d[g][1]),
+                    e1 = _mm512_mask_blend_epi32(k32, d[g][1], d[g][2]),
+                    e2 = _mm512_mask_blend_epi32(k32, d[g][2], d[g][3]);
+      p[g] = _mm512_add_epi32(
+          p[g], dec.quad(_mm512_shldv_epi32(e0, e1, p[g]), _mm512_shldv_epi32(e1, e2, p[g]), &acc));
+      store512(row(g, q + 1), _mm512_shuffle_epi8(acc, bswap32));
     }
-    flush_rows(q + 1);
+    q += 2;
+    for (uint32_t n = 2; n < kMaxQuads && q < quads; ++n, ++q) {
+      __mmask16 far = 0;
+      for (int g = 0; g < G; ++g) far |= _mm512_cmpgt_epu32_mask(p[g], c84);
+      if (far) break;
+#pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+        // Words p / 32 (0..2) and the next two; past the window (p >= 64) the last word stands in
+        // for bits beyond 128, which a quad from p <= 84 never uses.
+        const __mmask16 k32 = _mm512_cmpgt_epu32_mask(p[g], c31), k64 = _mm512_cmpgt_epu32_mask(p[g], c63);
+        const __m512i e0 =
+            _mm512_mask_blend_epi32(k64, _mm512_mask_blend_epi32(k32, d[g][0], d[g][1]), d[g][2]);
+        const __m512i e1 =
+            _mm512_mask_blend_epi32(k64, _mm512_mask_blend_epi32(k32, d[g][1], d[g][2]), d[g][3]);
+        const __m512i e2 = _mm512_mask_blend_epi32(k32, d[g][2], d[g][3]);
+        __m512i acc;
+        p[g] = _mm512_add_epi32(
+            p[g], dec.quad(_mm512_shldv_epi32(e0, e1, p[g]), _mm512_shldv_epi32(e1, e2, p[g]), &acc));
+        store512(row(g, q), _mm512_shuffle_epi8(acc, bswap32));
+      }
+    }
+    for (int g = 0; g < G; ++g) pos[g] = _mm512_add_epi32(_mm512_andnot_si512(seven, pos[g]), p[g]);
+    flush_rows(q);
   }
   if (q < quads) {  // an odd last quad: one 8-byte window
     for (int g = 0; g < G; ++g) {
@@ -273,24 +412,25 @@ void decode_groups(const uint8_t* in, const uint32_t* start, uint32_t quads, con
       window8(off, 0, &d0, &d1);
       const __m512i sh = _mm512_and_si512(pos[g], seven);
       const __m512i used = dec.quad(_mm512_shldv_epi32(d0, d1, sh), _mm512_sllv_epi32(d1, sh), &acc);
-      store512(rows[g] + 16 * (q & 15), _mm512_shuffle_epi8(acc, bswap32));
+      store512(row(g, q), _mm512_shuffle_epi8(acc, bswap32));
       pos[g] = _mm512_add_epi32(_mm512_andnot_si512(seven, pos[g]), _mm512_add_epi32(sh, used));
     }
-    flush_rows(q);
     ++q;
+    flush_rows(q);
   }
-  const uint32_t done = quads & ~15u;
   for (int g = 0; g < G; ++g) {
-    for (uint32_t r = done; r < quads; ++r) {
-      for (int k = 0; k < 16; ++k) std::memcpy(out + size_t(16 * g + k) * per + 4 * r, &rows[g][16 * (r & 15) + k], 4);
+    for (uint32_t r = flushed; r < quads; ++r) {
+      for (int k = 0; k < 16; ++k) std::memcpy(out + size_t(16 * g + k) * per + 4 * r, row(g, r) + k, 4);
     }
     store512(pos_out + 16 * g, pos[g]);
   }
 }
 
 bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const DecodeTable& t, uint32_t m,
-                 uint8_t* out, const uint8_t* readable_end) {
+                 uint8_t* out, const uint8_t* readable_end, Ahead* ahead_io) {
   if (!t.reg_ok) return lanes_decode(in, lane_bytes, lanes, t, m, out, readable_end);
+  Ahead none;
+  Ahead& ahead = ahead_io ? *ahead_io : none;
   const uint32_t per = lane_elems(m, lanes);
   alignas(64) uint32_t start[kMaxLanes + 1];
   uint32_t p = 0;
@@ -312,10 +452,12 @@ bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const
     return quads && lane_count(m, per, k0 + n - 1) == per && size_t(start[k0 + n]) + 16 <= avail;
   };
   for (; vec + 32 <= lanes && group_ok(vec, 32); vec += 32) {
-    decode_groups<2>(in, start + vec, quads, t.reg, out + size_t(vec) * per, per, uint32_t(avail - 16), pos + vec);
+    decode_groups<2>(in, start + vec, quads, t.reg, out + size_t(vec) * per, per, uint32_t(avail - 16),
+                     pos + vec, ahead);
   }
   for (; vec + 16 <= lanes && group_ok(vec, 16); vec += 16) {
-    decode_groups<1>(in, start + vec, quads, t.reg, out + size_t(vec) * per, per, uint32_t(avail - 16), pos + vec);
+    decode_groups<1>(in, start + vec, quads, t.reg, out + size_t(vec) * per, per, uint32_t(avail - 16),
+                     pos + vec, ahead);
   }
   for (int k = 0; k < lanes; ++k) {
     const uint32_t cnt = lane_count(m, per, k);
@@ -334,12 +476,13 @@ bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const
 // when that is at most 64 bits (coded as one piece when at most 56: nearly always, as that is 7 bits
 // a symbol); code16/len16 the same for symbols 16i..16i+15 (one piece when at most 56 bits, which
 // exponent planes' ~2.5 bits a symbol nearly always give). Returns the n symbols' total bits.
-inline uint64_t make_groups(const uint8_t* s, uint32_t n, __m512i tw0, __m512i tw1, uint64_t* code8, uint8_t* len8,
-                            uint64_t* code16, uint8_t* len16) {
+inline uint64_t make_groups(const uint8_t* s, uint32_t n, __m512i tw0, __m512i tw1, uint64_t* code8,
+                            uint8_t* len8, uint64_t* code16, uint8_t* len16, Ahead& ahead) {
   const __m512i m11 = _mm512_set1_epi32(0x7FF), m4 = _mm512_set1_epi32(0xF), lo32 = _mm512_set1_epi64(0xFFFFFFFF);
   const __m512i evens = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
   __m512i total = _mm512_setzero_si512();
   for (uint32_t i = 0; i < n; i += 64) {
+    for (int r = 0; r < kAheadEncodeLines; ++r) prefetch_read(ahead), prefetch_write(ahead);
     __m512i oc[2], ol[2];
     for (int h = 0; h < 2; ++h) {
       const __m512i sym = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32 * h)));
@@ -393,7 +536,7 @@ inline void put_symbols(uint64_t& acc, uint32_t& nb, uint8_t*& out, const uint8_
 }
 
 size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out, size_t cap,
-                   uint16_t* lane_bytes) {
+                   uint16_t* lane_bytes, Ahead* ahead_io) {
   if (code.nsym > 64) return lanes_encode(sym, m, code, lanes, out, cap, lane_bytes);
   alignas(64) uint16_t tw[64] = {0};
   for (uint32_t s = code.lo; s < code.lo + code.nsym; ++s) {
@@ -407,6 +550,8 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
   alignas(64) uint64_t code8[kW][kMaxBlockElems / 8], code16[kW][kMaxBlockElems / 16];
   alignas(64) uint8_t len8[kW][kMaxBlockElems / 8 + 8], len16[kW][kMaxBlockElems / 16 + 8];
   size_t total = 0;
+  Ahead none;
+  Ahead& ahead = ahead_io ? *ahead_io : none;
   for (int k0 = 0; k0 < lanes; k0 += kW) {
     const int n = lanes - k0 < kW ? lanes - k0 : kW;
     // Writer state in locals that are never address-taken, so that it stays in registers.
@@ -421,7 +566,7 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
       vec[j] = cnt[j] & ~63u;
       s[j] = sym + size_t(k0 + j) * per;
       o[j] = scratch + size_t(k0 + j) * slot;
-      bits[j] = make_groups(s[j], vec[j], tw0, tw1, code8[j], len8[j], code16[j], len16[j]);
+      bits[j] = make_groups(s[j], vec[j], tw0, tw1, code8[j], len8[j], code16[j], len16[j], ahead);
     }
     // An 8-symbol group of more than 56 bits is coded symbol by symbol.
     auto put8 = [&](int j, uint32_t g) {
@@ -473,6 +618,7 @@ Kernels make_avx512() {
   k.merge16 = merge16;
   k.merge16_stream = merge16_stream;
   k.minmax = minmax;
+  k.sample_histogram = sample_histogram;
   k.huff_encode = huff_encode;
   k.huff_decode = huff_decode;
   k.table_kind = TableKind::kReg;

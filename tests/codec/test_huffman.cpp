@@ -88,6 +88,39 @@ TEST(Huffman, WithinOnePercentOfEntropyOnGaussianExponents) {
   EXPECT_LT(avg, h + 0.1);  // Huffman's redundancy here: < 0.1 bit of ~10.6 bits per element
 }
 
+// The [lo, hi] range hint (counts outside it zero) and the insertion sort of up to 64 leaves give
+// the code of the full scan and the policy heapsort, leaf count by leaf count on both sides of 64.
+TEST(Huffman, RangeHintAndSmallSortGiveTheSameCode) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 600; ++trial) {
+    const uint32_t nsym = 2 + rng() % 255, lo = rng() % (257 - nsym), hi = lo + nsym - 1;
+    const int present = trial < 300 ? int(2 + rng() % 100) : int(nsym);
+    uint32_t freq[256] = {0};
+    freq[lo] = 1 + rng() % 50, freq[hi] = 1 + rng() % 50;
+    for (int i = 0; i < present; ++i) freq[lo + rng() % nsym] += 1 + (rng() % 4 ? rng() % 20 : rng() % 5000);
+    HuffCode a, b;
+    ASSERT_EQ(build_huffman(freq, &a), build_huffman(freq, &b, lo, hi));
+    ASSERT_EQ(a.lo, b.lo);
+    ASSERT_EQ(a.nsym, b.nsym);
+    ASSERT_TRUE(std::equal(a.len, a.len + a.nsym, b.len));
+    ASSERT_TRUE(std::equal(a.code_of + a.lo, a.code_of + a.lo + a.nsym, b.code_of + b.lo));
+    ASSERT_TRUE(std::equal(a.len_of, a.len_of + 256, b.len_of));
+    // Against the policy's sort (as the CUDA encoder orders leaves): the lengths by key order.
+    uint64_t key[256];
+    int n = 0;
+    for (uint32_t s = 0; s < 256; ++s) {
+      if (freq[s]) key[n++] = policy::leaf_key(freq[s], s);
+    }
+    policy::sort_leaves(key, n);
+    uint64_t lf[256];
+    for (int i = 0; i < n; ++i) lf[i] = key[i] >> 8;
+    policy::HuffScratch<uint64_t> scratch;
+    uint8_t depth[256];
+    policy::huffman_limited_depths(lf, n, &scratch, depth);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(a.len_of[key[i] & 0xFF], depth[i]) << "leaf " << i << " of " << n;
+  }
+}
+
 TEST(Huffman, RejectsInvalidDescriptors) {
   DecodeTable table;
   uint32_t lo, nsym;

@@ -114,6 +114,47 @@ TEST(Kernels, SplitMergeMatchScalar) {
   }
 }
 
+// The screen's sample histogram (every 8th byte): narrow spans (counted by compares in the AVX-512
+// set, including 0 and 255 at the edges and the tail masks) and wide ones (the increments), on
+// both sides of the 64-value switch, at every length class around the 512-byte packing step.
+TEST(Kernels, SampleHistogramMatchesScalar) {
+  if (variants().empty()) GTEST_SKIP() << "no SIMD kernels on this CPU/build";
+  std::mt19937 rng(5);
+  const uint32_t sizes[] = {1,    7,    8,    9,    63,   64,   511,  512,   513,  520,
+                            1000, 1024, 2040, 2047, 4095, 8191, 8192, 16383, 16384};
+  for (uint32_t m : sizes) {
+    for (uint32_t span : {1u, 2u, 20u, 63u, 64u, 65u, 256u}) {
+      for (uint32_t base : {0u, 100u, 256u - span}) {
+        // mode 1: a narrow first 512 bytes, then the full span (the switch after the first step).
+        // mode 2: the last sample alone lies outside the span (a rare exponent at the block's end:
+        // the samples after the last 512-byte step must widen the range too).
+        for (int mode = 0; mode < 3; ++mode) {
+          std::vector<uint8_t> in(m);
+          for (uint32_t i = 0; i < m; ++i) {
+            const uint32_t sp = mode == 1 && i < 512 ? std::min(span, 8u) : span;
+            in[i] = uint8_t(base + rng() % sp);
+          }
+          if (mode == 2) in[8 * ((m - 1) / 8)] = uint8_t(base == 0 ? span % 256 : base - 1);
+          uint32_t h1[256], h2[256];
+          sample_histogram_scalar(in.data(), m, h1);
+          for (const Kernels* v : variants()) {
+            SCOPED_TRACE(::testing::Message() << v->name << " m " << m << " span " << span << " base " << base
+                                              << " mode " << mode);
+            std::fill(h2, h2 + 256, 0xEEEEEEEEu);
+            v->sample_histogram(in.data(), m, h2);
+            ASSERT_TRUE(std::equal(h1, h1 + 256, h2));
+          }
+          ASSERT_EQ(scalar_kernels().sample_histogram, &sample_histogram_scalar);
+          uint32_t total = 0;
+          for (uint32_t c = 0; c < 256; ++c) total += h1[c];
+          ASSERT_EQ(total, (m + 7) / 8);
+          if (m == 1) break;
+        }
+      }
+    }
+  }
+}
+
 TEST(Kernels, HuffmanLanesRoundTripAndRejectBadLengths) {
   std::mt19937 rng(2);
   for (int trial = 0; trial < 400; ++trial) {
@@ -185,6 +226,11 @@ std::vector<uint8_t> lane_symbols(std::mt19937& rng, uint32_t m, int kind) {
       case 5: x = base + (rng() % 3 == 0); break;
       case 6: x = base + rng() % 100; break;
       case 8: x = base + (rng() % 5 == 0 ? 0 : 1 + rng() % 63); break;
+      // Stretches of one symbol (1-bit code: the AVX-512 decoder's cap of quads per window) between
+      // stretches of long codes (windows that hold only two quads).
+      case 9:
+        x = base + ((i / 97) % 3 == 0 ? 1 + rng() % 64 : 0);
+        break;
       case 7: {
         const float f = std::normal_distribution<float>(0.0f, 1.0f)(rng);
         uint32_t u;
@@ -278,7 +324,7 @@ TEST(Kernels, HuffmanDecodersNeverReadPastTheReadableEnd) {
           if (lb[k] > 1) lb[k] = uint16_t(lb[k] / 2), lb[31] = uint16_t(lb[31] + lanes_len[k] - lb[k]);
         }
         std::vector<uint8_t> back(m);
-        const bool ok = v->huff_decode(g.data(), lb, 32, table, m, back.data(), g.end());
+        const bool ok = v->huff_decode(g.data(), lb, 32, table, m, back.data(), g.end(), nullptr);
         if (damage < 2) {
           ASSERT_TRUE(ok);
           ASSERT_EQ(back, sym);
@@ -293,7 +339,7 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
   std::mt19937 rng(11);
   const uint32_t sizes[] = {2, 3, 4, 31, 32, 33, 127, 128, 129, 1000, 384, 4095, 4096, 8191, 8192, 8193, 16383, 16384};
   int cases = 0, reg_tables = 0;
-  for (int kind = 0; kind < 9; ++kind) {
+  for (int kind = 0; kind < 10; ++kind) {
     for (int trial = 0; trial < 40; ++trial) {
       const uint32_t m = trial < 18 ? sizes[trial] : 2 + rng() % 16383;
       const int lanes = trial % 3 == 0 ? 32 : 1 << (rng() % 7);
@@ -316,12 +362,19 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
         // written past the cap.
         std::vector<uint8_t> got(total + 64, 0xEE);
         uint16_t got_lanes[fmt::kMaxLanes];
-        ASSERT_EQ(v->huff_encode(sym.data(), m, code, lanes, got.data(), total, got_lanes), total);
+        // With prefetch ranges (the same bytes; the cursors advance within their ranges only).
+        std::vector<uint8_t> next(2 * m + 64), wr(m + 64);
+        Ahead ahead{next.data(), next.data() + 2 * m, wr.data(), wr.data() + m};
+        ASSERT_EQ(v->huff_encode(sym.data(), m, code, lanes, got.data(), total, got_lanes, &ahead), total);
+        ASSERT_GE(ahead.p, next.data());
+        ASSERT_LE(ahead.p, next.data() + 2 * m + 63);
+        ASSERT_LE(ahead.w, wr.data() + m + 63);
         ASSERT_TRUE(std::equal(ref.begin(), ref.end(), got.begin()));
         for (size_t i = total; i < got.size(); ++i) ASSERT_EQ(got[i], 0xEE);
         ASSERT_TRUE(std::equal(ref_lanes, ref_lanes + lanes, got_lanes));
         std::fill(got.begin(), got.end(), 0xEE);
-        ASSERT_EQ(v->huff_encode(sym.data(), m, code, lanes, got.data(), total - 1, got_lanes), SIZE_MAX);
+        ASSERT_EQ(v->huff_encode(sym.data(), m, code, lanes, got.data(), total - 1, got_lanes, nullptr),
+                  SIZE_MAX);
         for (size_t i = total - 1; i < got.size(); ++i) ASSERT_EQ(got[i], 0xEE);
         // Decode with the variant's own tables, stream flush with the readable end and with slack.
         DecodeTable table;
@@ -331,7 +384,10 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
           std::vector<uint8_t> buf(ref);
           buf.resize(total + slack);
           std::vector<uint8_t> back(m, 0xEE);
-          ASSERT_TRUE(v->huff_decode(buf.data(), ref_lanes, lanes, table, m, back.data(), buf.data() + buf.size()));
+          Ahead ahead{next.data(), next.data() + m, nullptr, nullptr};
+          ASSERT_TRUE(v->huff_decode(buf.data(), ref_lanes, lanes, table, m, back.data(),
+                                     buf.data() + buf.size(), &ahead));
+          ASSERT_LE(ahead.p, next.data() + m + 63);
           ASSERT_EQ(back, sym);
         }
         // Damaged streams and lane lengths: accepted or refused exactly as the scalar decoder
@@ -354,7 +410,8 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
           buf.resize(std::max(sum, buf.size()) + (bad & 1 ? 0 : 16));
           std::vector<uint8_t> a(m), b(m);
           const bool ok_ref = huff_decode_lanes(buf.data(), lb, lanes, pair_table, m, a.data(), buf.data() + buf.size());
-          const bool ok = v->huff_decode(buf.data(), lb, lanes, table, m, b.data(), buf.data() + buf.size());
+          const bool ok =
+              v->huff_decode(buf.data(), lb, lanes, table, m, b.data(), buf.data() + buf.size(), nullptr);
           ASSERT_EQ(ok, ok_ref) << "damage " << bad;
           if (ok) {
             ASSERT_EQ(a, b);
