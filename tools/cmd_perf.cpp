@@ -56,6 +56,7 @@ struct Options {
   bool verbose = false;
   int repeat = 1;
   int idle_sleep_us = 0;  // 0: sched_yield when a polling pass made no progress, as NCCL's proxy does
+  bool lockstep = false;  // one message at a time: the next isend only after the receiver completed it
   std::string json;
 };
 
@@ -84,6 +85,8 @@ void usage(FILE* f) {
       "options:\n"
       "  --size BYTES        message size (default 4MiB; K/M suffixes)\n"
       "  --inflight N        requests in flight per side (default 8)\n"
+      "  --lockstep          one message at a time end to end: the sender's next isend waits until\n"
+      "                      the receiver completed the previous message (single-message latency)\n"
       "  --seconds S         length of each run (default 2)\n"
       "  --data LIST         comma list: bf16 (built-in gradient-like), random, or a raw bf16 file\n"
       "  --modes LIST        comma list of never,always,auto (default all)\n"
@@ -458,6 +461,10 @@ int run_child(Child& c) {
           ++r.mismatches;
         }
         ++completed;
+        if (o.lockstep) {  // tell the sender this message is complete here (decoded, checked)
+          char ack = 2;
+          if (!write_full(c.link_fd, &ack, 1)) return fail(c, &r, "lockstep pipe closed");
+        }
         if (completed == warm) {
           t0 = Clock::now();
           cpu0 = cpu_now();
@@ -489,6 +496,25 @@ int run_child(Child& c) {
     double cpu0 = cpu_now();
     uint64_t next = 0;
     bool stopping = false;
+    // --lockstep: one message end to end at a time (its latency: encode, transmit, receive, decode,
+    // plus the receiver's one-byte acknowledgement over the local socketpair).
+    while (o.lockstep && since(t0) < o.seconds) {
+      uint64_t m = next % k;
+      void* data = const_cast<uint8_t*>(c.pool->data()) + m * o.size;
+      void* rq = nullptr;
+      while (!rq) {
+        if (net->isend(sc, data, o.size, 0, smh[m], nullptr, &rq) != ncclSuccess)
+          return fail(c, &r, "isend failed");
+      }
+      for (int done = 0; !done;) {
+        if (net->test(rq, &done, nullptr) != ncclSuccess) return fail(c, &r, "send test failed");
+        if (!done) idle(o);
+      }
+      ++next;
+      char ack;
+      if (!read_full(c.link_fd, &ack, 1)) return fail(c, &r, "lockstep pipe closed");
+    }
+    stopping = o.lockstep;
     for (;;) {
       bool busy = false, progressed = false;
       stopping = stopping || since(t0) >= o.seconds;
@@ -626,6 +652,8 @@ int cmd_perf(int argc, char** argv) {
         std::fprintf(stderr, "zipccl perf: --inflight must be 1..32\n");
         return 2;
       }
+    } else if (a == "--lockstep") {
+      o.lockstep = true;
     } else if (a == "--seconds") {
       o.seconds = std::atof(next("--seconds"));
       if (!(o.seconds > 0 && o.seconds <= 600)) {
@@ -692,9 +720,10 @@ int cmd_perf(int argc, char** argv) {
   std::printf("zipccl perf: 2 processes through %s (ncclNet v11) over %s%s%s\n", plugin.c_str(),
               ifname.c_str(), o.recv_ns.empty() ? "" : ", netns ",
               o.recv_ns.empty() ? "" : (o.recv_ns + "/" + o.send_ns).c_str());
-  std::printf(
-      "  %zu KiB messages, %d in flight, %.1f s per run; goodput = uncompressed bytes delivered per second\n",
-      o.size >> 10, o.inflight, o.seconds);
+  const std::string flight =
+      o.lockstep ? "one at a time end to end (--lockstep)" : std::to_string(o.inflight) + " in flight";
+  std::printf("  %zu KiB messages, %s, %.1f s per run; goodput = uncompressed bytes delivered per second\n",
+              o.size >> 10, flight.c_str(), o.seconds);
   int status = 0;
   FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "a");
   for (const std::string& d : o.data) {

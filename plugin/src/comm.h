@@ -85,39 +85,64 @@ class SendComm {
   CommHeader header{kSendCommMagic};
 
  private:
-  // Device messages: kGpuEncoding (encode enqueued, its size polled in pinned memory) -> kGpuCopying
-  // (D2H of the frame or of the raw message enqueued, event polled) -> kReady. Host messages:
-  // kEncoding (worker pool) -> kReady. Then kPosted, strictly in isend order.
-  enum class State { kFree, kEncoding, kGpuEncoding, kGpuCopying, kReady, kPosted };
+  // A message is sent as 1..n segments (frame.h; n > 1 only with ZIPCCL_SEGMENT_BYTES on a transport
+  // that carries segments), each its own transport message and frame. Per segment: device messages
+  // kGpuEncoding (encode enqueued on the stream, size polled in pinned memory) -> kGpuCopying (D2H of
+  // the frame or of the raw bytes enqueued on the copy stream, event polled) -> kReady; host messages
+  // kEncoding (worker pool) -> kReady. Segments are posted strictly in order (message by message, in
+  // isend order), each as soon as it is ready; the request completes when all its segments' transport
+  // ops have completed.
+  enum class SegState { kEncoding, kGpuEncoding, kGpuCopying, kReady, kPosted };
+  struct Seg {
+    SegState state = SegState::kReady;
+    size_t off = 0, len = 0;  // the segment's bytes within the message
+    size_t stage_off = 0;     // its region in the staging buffers (max_encoded_size(len) bytes)
+    FrameKind kind = FrameKind::kRaw;
+    size_t wire = 0;
+    const void* staged = nullptr;   // device messages: the pinned copy that is posted
+    gpu::Result* result = nullptr;  // device encodes
+    EncodeJob job;
+  };
+  enum class State { kFree, kActive, kPosted };
   struct Req {
     RequestHeader h;
     State state = State::kFree;
     bool device = false;
-    const void* staged = nullptr;  // device messages: the pinned copy that is posted
+    bool tried = false;  // an encode was attempted (for raw_incompressible)
     std::chrono::steady_clock::time_point gpu_t0;
     const char* data = nullptr;
     size_t size = 0;
     int tag = 0;
-    FrameKind kind = FrameKind::kRaw;
-    size_t wire = 0;
-    int op = kNoOp;
-    EncodeJob job;
+    codec::ElemType type = codec::ElemType::kAuto;
+    size_t nsegs = 1;
+    size_t stage_bytes = 0;  // staging the segments' regions take (sum of max_encoded_size)
+    size_t next_post = 0;    // segments posted so far
+    int inflight = 0;        // posted segments whose transport op has not completed
+    size_t wire = 0;         // sum of the segments' wire bytes
+    bool any_codec = false;
+    std::vector<std::unique_ptr<Seg>> segs;  // grown to the most segments seen, reused
     std::vector<char> staging;
   };
+  struct PostedOp {
+    int req;
+    int op;
+  };
   ncclResult_t progress();
-  void finish_encode(Req* r);
+  void finish_encode(Req* r, Seg* g);
   void start_sample(Req* r, codec::ElemType type);
   void finish_sample();
-  ncclResult_t start_device(Req* r, bool compress, codec::ElemType type);
-  ncclResult_t copy_to_host(Req* r, const void* src, size_t n);
+  ncclResult_t start_device(Req* r, bool compress);
+  ncclResult_t copy_to_host(Req* r, Seg* g, size_t j, const void* src, size_t n);
   ncclResult_t progress_device();
 
   std::unique_ptr<SendConn> conn_;
   std::unique_ptr<gpu::Channel> gpu_;  // created at the first device message
   uint64_t gpu_messages_ = 0, gpu_encoded_ = 0;
+  uint64_t segment_bytes_ = 0;  // 0: messages go whole on this connection
   std::vector<Req> reqs_;
   std::vector<int> free_;
-  std::deque<int> unposted_;
+  std::deque<int> unposted_;     // messages with segments not yet posted, in isend order
+  std::deque<PostedOp> posted_;  // transport ops in flight, in posting order
   Policy policy_;
   EncodeJob sample_job_;  // at most one codec sample in flight per comm
   bool sample_busy_ = false;
@@ -148,27 +173,51 @@ class RecvComm {
   CommHeader header{kRecvCommMagic};
 
  private:
-  // Device receives: kWaitHeader -> kReceiving (into pinned staging) -> kGpuLanding (H2D, decode,
-  // flag-last landing enqueued; event polled) -> done. Host: kReceiving -> kDecoding (pool) -> done.
-  enum class State { kFree, kWaitHeader, kReceiving, kDecoding, kGpuLanding };
+  // One receive consumes 1..n transport messages (segments, frame.h Assembly), matched in order: the
+  // receive stays at the head of `unmatched_` until its last segment's header has been accepted. Per
+  // segment: host receives kReceiving (raw: into NCCL's buffer at the segment's offset; codec: into
+  // staging at the same offset) -> kDecoding (pool, into NCCL's buffer at the offset) -> kDone; device
+  // receives kReceiving (into pinned staging at the offset) -> H2D, decode (or copy), flag-last
+  // landing enqueued on the stream -> kDone (the receive's event, recorded after its last segment's
+  // work, completes them all). Segments progress independently of the request NCCL tests.
+  enum class SegState { kReceiving, kDecoding, kGpuQueued, kDone };
+  struct Seg {
+    SegState state = SegState::kReceiving;
+    FrameMeta meta{};
+    size_t off = 0;
+    int op = kNoOp;
+    const void* staged = nullptr;   // the transport's copy of the codec frame (take_staged), if any
+    const void* src = nullptr;      // where the payload is (staging) once received
+    gpu::Result* result = nullptr;  // device decodes
+    DecodeJob job;
+  };
+  enum class State { kFree, kActive, kGpuLanding };
   struct Req {
     RequestHeader h;
     State state = State::kFree;
     bool device = false;
     bool landing = false;  // land flag-last (gpu::needs_ordered_landing)
     void* host_stage = nullptr;
+    void* dev_stage = nullptr;   // device receives: codec frames, laid out like the message
+    void* land_stage = nullptr;  // device receives landing flag-last
     char* data = nullptr;
     size_t capacity = 0;
-    FrameMeta meta{};
-    int op = kNoOp;
-    DecodeJob job;
-    std::vector<char> staging;
-    const void* staged = nullptr;  // the transport's copy of the codec frame (take_staged), if any
+    Assembly asm_;
+    FrameMeta meta{};      // the header peeked for the next segment
+    size_t nsegs = 0;      // segments whose header was accepted
+    size_t done_segs = 0;  // segments needing nothing more from the host
+    size_t scan = 0;       // segments before it are all done (advance() starts there)
+    uint64_t wire = 0;
+    bool any_codec = false;
+    std::vector<std::unique_ptr<Seg>> segs;
+    std::unique_ptr<char[]> staging;  // host codec segments, at their offsets
+    size_t staging_cap = 0;
   };
   ncclResult_t progress();
+  ncclResult_t advance(Req* r);
   ncclResult_t fail(Req* r);
-  void start_decode(Req* r, const void* src);
-  ncclResult_t start_device_landing(Req* r, const void* src);
+  void start_decode(Req* r, Seg* g, const void* src);
+  ncclResult_t start_device_segment(Req* r, Seg* g, size_t j, const void* src);
   ncclResult_t finish_device_landing(Req* r, bool* done);
 
   std::unique_ptr<RecvConn> conn_;
@@ -177,6 +226,7 @@ class RecvComm {
   std::vector<Req> reqs_;
   std::vector<int> free_;
   std::deque<int> unmatched_;
+  std::vector<int> active_;  // receives with segments in flight (any order)
   ConnStats stats_;
   bool failed_ = false;
   std::chrono::steady_clock::time_point created_;

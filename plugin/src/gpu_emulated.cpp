@@ -33,6 +33,12 @@ struct EmuStream {
   std::thread thread;
 };
 
+// Test hooks (gpu_path.h): finished encodes and the gate on starting one.
+std::mutex g_gate_mu;
+std::condition_variable g_gate_cv;
+uint64_t g_encodes_done = 0;             // guarded by g_gate_mu
+uint64_t g_encode_allow = ~uint64_t{0};  // guarded by g_gate_mu
+
 struct EmuEvent {
   EmuStream* stream;
   uint64_t target = 0;
@@ -75,6 +81,10 @@ class EmulatedOps final : public DeviceOps {
                       int, Result* out) override {
     bool fail = inject();
     submit(stream, [=] {
+      {
+        std::unique_lock<std::mutex> lock(g_gate_mu);
+        g_gate_cv.wait(lock, [] { return g_encodes_done < g_encode_allow; });
+      }
       size_t size = 0;
       codec::Status st = codec::Status::kInvalidArgument;
       if (!fail) {
@@ -83,6 +93,11 @@ class EmulatedOps final : public DeviceOps {
         opt.threads = 1;
         st = codec::encode(src, n, dst, cap, &size, opt);
       }
+      {
+        std::lock_guard<std::mutex> lock(g_gate_mu);
+        ++g_encodes_done;
+      }
+      g_gate_cv.notify_all();
       publish(out, size, st);
     });
     return ncclSuccess;
@@ -178,6 +193,19 @@ class EmulatedOps final : public DeviceOps {
 };
 
 }  // namespace
+
+uint64_t emulated_encodes_done() {
+  std::lock_guard<std::mutex> lock(g_gate_mu);
+  return g_encodes_done;
+}
+
+void emulated_gate_encodes(uint64_t allow) {
+  {
+    std::lock_guard<std::mutex> lock(g_gate_mu);
+    g_encode_allow = allow;
+  }
+  g_gate_cv.notify_all();
+}
 
 DeviceOps* emulated_ops() {
   static EmulatedOps* ops = new EmulatedOps;  // lives as long as the process (the plugin is nodelete)

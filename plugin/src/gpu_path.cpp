@@ -37,8 +37,13 @@ DeviceOps* device_ops() {
 Channel::~Channel() {
   if (!ops_) return;
   if (stream_) ops_->destroy_stream(stream_);  // waits for in-flight work on this comm's buffers
+  if (copy_stream_) ops_->destroy_stream(copy_stream_);
   for (Slot& s : slots_) {
     if (s.event) ops_->destroy_event(s.event);
+    for (void* e : s.seg_events) {
+      if (e) ops_->destroy_event(e);
+    }
+    for (Result* r : s.result_chunks) ops_->free_host(r);
     if (s.buf[0]) ops_->free_host(s.buf[0]);
     if (s.buf[1]) ops_->free_device(s.buf[1]);
     if (s.buf[2]) ops_->free_device(s.buf[2]);
@@ -49,7 +54,6 @@ Channel::~Channel() {
     else
       ops_->free_device(r.second);
   }
-  if (results_) ops_->free_host(results_);
 }
 
 ncclResult_t Channel::bind(int dev) {
@@ -62,10 +66,7 @@ ncclResult_t Channel::bind(int dev) {
   }
   ZIPCCL_CHECK(ops_->make_current(dev));
   ZIPCCL_CHECK(ops_->create_stream(dev, &stream_));
-  void* p = nullptr;
-  ZIPCCL_CHECK(ops_->alloc_host(sizeof(Result) * slots_.size(), &p));
-  results_ = static_cast<Result*>(p);
-  for (size_t i = 0; i < slots_.size(); ++i) result_clear(results_ + i);
+  ZIPCCL_CHECK(ops_->create_stream(dev, &copy_stream_));
   dev_ = dev;
   return ncclSuccess;
 }
@@ -100,6 +101,35 @@ ncclResult_t Channel::query(int slot, bool* done) {
     return ncclSuccess;
   }
   return ops_->query(s.event, done);
+}
+
+ncclResult_t Channel::seg_result(int slot, size_t j, Result** r) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  while (s.result_chunks.size() <= j / kSegChunk) {
+    void* p = nullptr;
+    ZIPCCL_CHECK(ops_->alloc_host(sizeof(Result) * kSegChunk, &p));
+    auto* chunk = static_cast<Result*>(p);
+    for (size_t i = 0; i < kSegChunk; ++i) result_clear(chunk + i);
+    s.result_chunks.push_back(chunk);
+  }
+  *r = s.result_chunks[j / kSegChunk] + j % kSegChunk;
+  return ncclSuccess;
+}
+
+ncclResult_t Channel::seg_record(int slot, size_t j) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  if (s.seg_events.size() <= j) s.seg_events.resize(j + 1, nullptr);
+  if (!s.seg_events[j]) ZIPCCL_CHECK(ops_->create_event(copy_stream_, &s.seg_events[j]));
+  return ops_->record(copy_stream_, s.seg_events[j]);
+}
+
+ncclResult_t Channel::seg_query(int slot, size_t j, bool* done) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  if (j >= s.seg_events.size() || !s.seg_events[j]) {
+    *done = true;
+    return ncclSuccess;
+  }
+  return ops_->query(s.seg_events[j], done);
 }
 
 }  // namespace gpu

@@ -86,6 +86,11 @@ DeviceOps* device_ops();
 DeviceOps* cuda_ops();
 // The emulation (ZIPCCL_GPU_EMULATE_DELAY_US, ZIPCCL_GPU_EMULATE_FAIL_EVERY apply).
 DeviceOps* emulated_ops();
+// Emulation, tests only: encodes the emulation has finished (process-wide), and a gate: an encode
+// starts only while fewer than `allow` encodes have finished (its stream waits; other streams run on).
+// Lets a test hold a message's later segments in "encoding" and watch what the pipeline does meanwhile.
+uint64_t emulated_encodes_done();
+void emulated_gate_encodes(uint64_t allow);
 
 // ---- LL/LL128 (docs/notes/gpu.md) ----
 // NCCL (v9+ ABI, NCCL_NET_OPTIONAL_RECV_COMPLETION=1, its default) stores this value in *request before
@@ -125,8 +130,11 @@ void line_order(size_t n, Fn&& fn) {
   }
 }
 
-// Per-comm device state: the stream, and per request slot grow-only staging (replaced buffers are freed
-// at close, so no allocator call waits on the device mid-run), a pinned Result and an event.
+// Per-comm device state: the stream (codec work, receive copies), a second stream for send-side D2H
+// copies (so a segment's copy never waits behind encodes enqueued after it), and per request slot:
+// grow-only staging (replaced buffers are freed at close, so no allocator call waits on the device
+// mid-run), an event (recorded on the stream: a receive's completion), and per segment a pinned Result
+// and a copy-stream event.
 class Channel {
  public:
   Channel(DeviceOps* ops, int slots) : ops_(ops), slots_(static_cast<size_t>(slots)) {}
@@ -137,27 +145,36 @@ class Channel {
   DeviceOps* ops() const { return ops_; }
   void* stream() const { return stream_; }
   int device() const { return dev_; }
-  // Binds to the device of the first device buffer (stream, results); later buffers must be on it.
+  // Binds to the device of the first device buffer (creates both streams); later buffers must be on it.
   // Makes the device current on the calling thread every time.
   ncclResult_t bind(int dev);
   enum class Buf { kHost, kDevice, kLand };
   // A buffer of at least n bytes for `slot`.
   ncclResult_t buffer(int slot, Buf which, size_t n, void** p);
-  Result* result(int slot) { return results_ + slot; }
   ncclResult_t record(int slot);
   ncclResult_t query(int slot, bool* done);
+  // The copy stream (created with the stream in bind()).
+  void* copy_stream() const { return copy_stream_; }
+  // Segment j of the slot's message: a pinned Result, and an event recorded on the copy stream. Both
+  // are allocated on first use in chunks and never move, so work in flight keeps its pointers.
+  ncclResult_t seg_result(int slot, size_t j, Result** r);
+  ncclResult_t seg_record(int slot, size_t j);
+  ncclResult_t seg_query(int slot, size_t j, bool* done);
 
  private:
   struct Slot {
     void* buf[3] = {nullptr, nullptr, nullptr};
     size_t size[3] = {0, 0, 0};
     void* event = nullptr;
+    std::vector<Result*> result_chunks;  // kSegChunk results each
+    std::vector<void*> seg_events;       // on the copy stream
   };
+  static constexpr size_t kSegChunk = 64;
   DeviceOps* ops_;
   std::vector<Slot> slots_;
   std::vector<std::pair<int, void*>> retired_;  // (Buf, pointer) freed at close
   void* stream_ = nullptr;
-  Result* results_ = nullptr;
+  void* copy_stream_ = nullptr;
   int dev_ = -1;
 };
 

@@ -35,8 +35,12 @@ RecvComm::RecvComm(RecvConn* conn, const DeviceInfo& dev) : conn_(conn), reqs_(s
 
 RecvComm::~RecvComm() {
   for (Req& r : reqs_) {
-    if (r.state == State::kDecoding) {
-      while (!r.job.done.load(std::memory_order_acquire)) std::this_thread::yield();
+    if (r.state == State::kFree) continue;
+    for (size_t j = 0; j < r.nsegs; ++j) {
+      Seg& g = *r.segs[j];
+      if (g.state == SegState::kDecoding) {
+        while (!g.job.done.load(std::memory_order_acquire)) std::this_thread::yield();
+      }
     }
   }
   conn_.reset();  // stops the transport's helper threads before NCCL frees its buffers
@@ -64,11 +68,13 @@ ncclResult_t RecvComm::irecv(void* data, size_t size, int /*tag*/, bool device, 
   Req& r = reqs_[idx];
   r.data = static_cast<char*>(data);
   r.capacity = size;
-  r.op = kNoOp;
-  r.state = State::kWaitHeader;
-  r.staged = nullptr;
+  r.state = State::kActive;
   r.device = device;
-  r.host_stage = nullptr;
+  r.host_stage = r.dev_stage = r.land_stage = nullptr;
+  r.asm_.reset(size);
+  r.nsegs = r.done_segs = r.scan = 0;
+  r.wire = 0;
+  r.any_codec = false;
   ncclResult_t res = ncclSuccess;
   void* target = data;
   if (device) {
@@ -89,6 +95,8 @@ ncclResult_t RecvComm::irecv(void* data, size_t size, int /*tag*/, bool device, 
     }
     res = gpu_->bind(dev);
     if (res == ncclSuccess) {
+      // Segments land at their offsets (a codec segment is smaller than its range); a whole codec
+      // frame may be up to max_encoded_size(size).
       res = gpu_->buffer(idx, gpu::Channel::Buf::kHost, std::max(size, codec::max_encoded_size(size)),
                          &r.host_stage);
     }
@@ -102,6 +110,7 @@ ncclResult_t RecvComm::irecv(void* data, size_t size, int /*tag*/, bool device, 
     ++gpu_messages_;
   }
   unmatched_.push_back(idx);
+  active_.push_back(idx);
   *request = &r.h;
   res = conn_->post_target(target, size, codec::max_encoded_size(size));
   if (res == ncclSuccess) res = progress();
@@ -109,95 +118,176 @@ ncclResult_t RecvComm::irecv(void* data, size_t size, int /*tag*/, bool device, 
   return res;
 }
 
-// Matches posted receives to arriving frames, oldest first.
+// Matches arriving transport messages to posted receives, oldest first: each header is checked by the
+// receive's Assembly (frame.h) before its payload is received; a receive leaves the queue once its
+// last segment's header is accepted. Then moves every receive's segments forward.
 ncclResult_t RecvComm::progress() {
   while (!unmatched_.empty()) {
-    Req* r = &reqs_[unmatched_.front()];
+    int idx = unmatched_.front();
+    Req* r = &reqs_[idx];
     uint64_t payload_len = 0;
     bool ready = false;
     ZIPCCL_CHECK(conn_->peek(reinterpret_cast<uint8_t*>(&r->meta), &payload_len, &ready));
     if (!ready) break;
-    const char* bad = validate_frame(r->meta, payload_len, r->capacity, codec::max_encoded_size(r->capacity));
+    Assembly next = r->asm_;  // committed only once the payload's receive is posted
+    const char* bad = next.accept(r->meta, payload_len);
     if (bad) {
       ZIPCCL_WARN(
-          "rejecting an incoming message: %s (frame: kind %u, %llu B original, %llu B on wire; "
-          "posted receive %zu B)",
-          bad, r->meta.kind, (unsigned long long)r->meta.original_len, (unsigned long long)r->meta.wire_len,
-          r->capacity);
+          "rejecting an incoming message: %s (frame: version %u, kind %u, segment %u%s, %llu B original, "
+          "%llu B on wire; posted receive %zu B, %llu B and %u segments received so far)",
+          bad, r->meta.version, r->meta.kind, r->meta.segment, (r->meta.flags & kSegLast) ? " (last)" : "",
+          (unsigned long long)r->meta.original_len, (unsigned long long)r->meta.wire_len, r->capacity,
+          (unsigned long long)r->asm_.offset, r->asm_.next);
       return ncclSystemError;
     }
-    void* dst = r->data;
-    size_t cap = r->capacity;
-    if (r->device) {
-      if (const void* staged = conn_->take_staged()) {  // already in transport memory: copy from there
-        r->staged = staged;
-        ZIPCCL_CHECK(start_device_landing(r, staged));
-        unmatched_.pop_front();
-        continue;
+    size_t j = r->nsegs;
+    while (r->segs.size() <= j) r->segs.emplace_back(new Seg);
+    Seg* g = r->segs[j].get();
+    g->meta = r->meta;
+    g->off = static_cast<size_t>(r->asm_.offset);
+    g->op = kNoOp;
+    g->staged = g->src = nullptr;
+    g->result = nullptr;
+    bool codec_frame = r->meta.kind == static_cast<uint8_t>(FrameKind::kCodec);
+    bool whole = r->meta.version == kFrameVersion;
+    // Already in transport memory (an RDMA staging slot; whole messages only): use it from there.
+    const void* staged = (whole && (r->device || codec_frame)) ? conn_->take_staged() : nullptr;
+    char* dst = nullptr;
+    if (!staged) {
+      if (r->device) {
+        dst = static_cast<char*>(r->host_stage) + g->off;
+      } else if (codec_frame) {
+        // Host codec segments land in staging laid out like the message (a whole codec frame may be
+        // up to max_encoded_size(posted)); sized at the message's first codec segment, never while
+        // one of its segments is being received into it.
+        size_t need = whole ? static_cast<size_t>(payload_len) : r->capacity;
+        if (!r->any_codec && r->staging_cap < need) {
+          r->staging.reset(new char[need]);  // not zero-filled: every byte read is received first
+          r->staging_cap = need;
+        }
+        dst = r->staging.get() + g->off;
+      } else {
+        dst = g->off ? r->data + g->off : r->data;
       }
-      dst = r->host_stage;
-      cap = payload_len;
-    } else if (r->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
-      if (const void* staged = conn_->take_staged()) {  // already in transport memory: decode from there
-        r->staged = staged;
-        start_decode(r, staged);
-        unmatched_.pop_front();
-        continue;
-      }
-      if (r->staging.size() < payload_len) r->staging.resize(payload_len);  // bounded by validate_frame
-      dst = r->staging.data();
-      cap = payload_len;
+      int op = kNoOp;
+      ZIPCCL_CHECK(conn_->recv(dst, static_cast<size_t>(payload_len), &op));
+      if (op == kNoOp) break;
+      g->op = op;
     }
-    int op = kNoOp;
-    ZIPCCL_CHECK(conn_->recv(dst, cap, &op));
-    if (op == kNoOp) break;
-    r->op = op;
-    r->state = State::kReceiving;
-    unmatched_.pop_front();
+    r->asm_ = next;
+    ++r->nsegs;
+    r->wire += payload_len;
+    if (codec_frame) r->any_codec = true;
+    g->src = staged ? staged : dst;
+    g->staged = staged;
+    if (staged) {
+      if (r->device) {
+        ZIPCCL_CHECK(start_device_segment(r, g, j, staged));
+      } else {
+        start_decode(r, g, staged);
+      }
+    } else {
+      g->state = SegState::kReceiving;
+    }
+    if (r->asm_.complete) unmatched_.pop_front();
+  }
+  for (int idx : active_) ZIPCCL_CHECK(advance(&reqs_[idx]));
+  return ncclSuccess;
+}
+
+// Moves one receive's segments forward: a received segment is decoded (host codec), handed to the
+// device (device receives) or done (host raw); a device receive whose last segment is queued records
+// its event.
+ncclResult_t RecvComm::advance(Req* r) {
+  if (r->state != State::kActive) return ncclSuccess;
+  // Segments before r->scan need nothing more from the host (a 64 MiB message may have 1024).
+  while (r->scan < r->nsegs &&
+         (r->segs[r->scan]->state == SegState::kDone || r->segs[r->scan]->state == SegState::kGpuQueued)) {
+    ++r->scan;
+  }
+  for (size_t j = r->scan; j < r->nsegs; ++j) {
+    Seg* g = r->segs[j].get();
+    if (g->state == SegState::kReceiving) {
+      bool finished = false;
+      ZIPCCL_CHECK(conn_->test(g->op, &finished));
+      if (!finished) continue;
+      g->op = kNoOp;
+      if (r->device) {
+        ZIPCCL_CHECK(start_device_segment(r, g, j, g->src));
+      } else if (g->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
+        start_decode(r, g, g->src);
+      } else {
+        g->state = SegState::kDone;
+        ++r->done_segs;
+      }
+    }
+    if (g->state == SegState::kDecoding) {
+      if (!g->job.done.load(std::memory_order_acquire)) continue;
+      if (g->staged) conn_->release_staged(g->staged);
+      g->staged = nullptr;
+      stats_.codec_ns += g->job.ns;
+      if (g->job.status != codec::Status::kOk || g->job.out != g->meta.original_len) {
+        ZIPCCL_WARN("corrupt compressed frame from the peer (%s, %zu of %llu bytes decoded, segment %zu)",
+                    codec::status_string(g->job.status), g->job.out, (unsigned long long)g->meta.original_len,
+                    j);
+        return ncclSystemError;
+      }
+      g->state = SegState::kDone;
+      ++r->done_segs;
+    }
+  }
+  if (r->device && r->asm_.complete && r->done_segs == r->nsegs) {
+    ZIPCCL_CHECK(gpu_->record(static_cast<int>(r - reqs_.data())));
+    r->state = State::kGpuLanding;
   }
   return ncclSuccess;
 }
 
-void RecvComm::start_decode(Req* r, const void* src) {
-  r->job.src = src;
-  r->job.n = r->meta.wire_len;
-  r->job.dst = r->data;
-  r->job.cap = r->meta.original_len;  // never past the message: bytes beyond it stay untouched
-  r->job.out = 0;
-  r->job.done.store(false);
-  r->state = State::kDecoding;
-  worker_pool().submit(&r->job);
+void RecvComm::start_decode(Req* r, Seg* g, const void* src) {
+  g->job.src = src;
+  g->job.n = g->meta.wire_len;
+  g->job.dst = g->off ? r->data + g->off : r->data;
+  g->job.cap = g->meta.original_len;  // never past the segment: bytes beyond it stay untouched
+  g->job.out = 0;
+  g->job.done.store(false);
+  g->state = SegState::kDecoding;
+  worker_pool().submit(&g->job);
 }
 
-// Device receive, payload in host memory at src: H2D, then decode (codec frames) into NCCL's buffer
-// or, when landing flag-last, into device staging followed by the line-ordered copy. One event at the
-// end; the request completes only after it (so after the decode).
-ncclResult_t RecvComm::start_device_landing(Req* r, const void* src) {
+// Device receive, segment j's payload in host memory at src: H2D, then decode (codec frames) into
+// NCCL's buffer at the segment's offset or, when landing flag-last, into the landing buffer followed by
+// the line-ordered copy of the segment's range (segments are multiples of 4 KiB, so no 128-byte line
+// is split). One event after the last segment's work completes them all.
+ncclResult_t RecvComm::start_device_segment(Req* r, Seg* g, size_t j, const void* src) {
   gpu::DeviceOps* ops = gpu_->ops();
   void* stream = gpu_->stream();
   int slot = static_cast<int>(r - reqs_.data());
-  size_t wire = r->meta.wire_len, n = r->meta.original_len;
+  size_t wire = g->meta.wire_len, n = g->meta.original_len;
+  bool whole = g->meta.version == kFrameVersion;
+  char* out_final = g->off ? r->data + g->off : r->data;
   using Buf = gpu::Channel::Buf;
-  if (r->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
-    void* frame = nullptr;
-    ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kDevice, wire, &frame));
+  if (r->landing && !r->land_stage) ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kLand, r->capacity, &r->land_stage));
+  char* land = static_cast<char*>(r->land_stage) + (r->land_stage ? g->off : 0);
+  if (g->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
+    // Frames laid out like the message (each codec segment is smaller than its range); a whole frame
+    // may be up to max_encoded_size(posted).
+    if (!r->dev_stage)
+      ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kDevice, whole ? wire : r->capacity, &r->dev_stage));
+    char* frame = static_cast<char*>(r->dev_stage) + g->off;
     ZIPCCL_CHECK(ops->copy(stream, frame, src, wire, gpu::Copy::kHostToDevice));
-    void* out = r->data;
-    if (r->landing) ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kLand, n, &out));
-    gpu::Result* res = gpu_->result(slot);
-    gpu::result_clear(res);
-    ZIPCCL_CHECK(ops->decode(stream, frame, wire, out, n, settings().gpu_max_sms, res));
-    if (r->landing) ZIPCCL_CHECK(ops->land_lines(stream, r->data, out, n));
+    void* out = r->landing ? static_cast<void*>(land) : static_cast<void*>(out_final);
+    ZIPCCL_CHECK(gpu_->seg_result(slot, j, &g->result));
+    gpu::result_clear(g->result);
+    ZIPCCL_CHECK(ops->decode(stream, frame, wire, out, n, settings().gpu_max_sms, g->result));
+    if (r->landing) ZIPCCL_CHECK(ops->land_lines(stream, out_final, out, n));
   } else if (r->landing) {
-    void* tmp = nullptr;
-    ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kLand, n, &tmp));
-    ZIPCCL_CHECK(ops->copy(stream, tmp, src, n, gpu::Copy::kHostToDevice));
-    ZIPCCL_CHECK(ops->land_lines(stream, r->data, tmp, n));
+    ZIPCCL_CHECK(ops->copy(stream, land, src, n, gpu::Copy::kHostToDevice));
+    ZIPCCL_CHECK(ops->land_lines(stream, out_final, land, n));
   } else {
-    ZIPCCL_CHECK(ops->copy(stream, r->data, src, n, gpu::Copy::kHostToDevice));
+    ZIPCCL_CHECK(ops->copy(stream, out_final, src, n, gpu::Copy::kHostToDevice));
   }
-  ZIPCCL_CHECK(gpu_->record(slot));
-  r->state = State::kGpuLanding;
+  g->state = SegState::kGpuQueued;
+  ++r->done_segs;
   return ncclSuccess;
 }
 
@@ -205,20 +295,23 @@ ncclResult_t RecvComm::finish_device_landing(Req* r, bool* done) {
   int slot = static_cast<int>(r - reqs_.data());
   ZIPCCL_CHECK(gpu_->query(slot, done));
   if (!*done) return ncclSuccess;
-  if (r->staged) conn_->release_staged(r->staged);
-  r->staged = nullptr;
-  if (r->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
-    const gpu::Result* res = gpu_->result(slot);
-    auto st = gpu::result_ready(res) ? static_cast<codec::Status>(res->status) : codec::Status::kCorrupt;
-    if (st != codec::Status::kOk || res->size != r->meta.original_len) {
-      ZIPCCL_WARN("corrupt compressed frame from the peer (GPU decode: %s, %llu of %llu bytes)",
-                  codec::status_string(st), (unsigned long long)res->size,
-                  (unsigned long long)r->meta.original_len);
+  for (size_t j = 0; j < r->nsegs; ++j) {
+    Seg* g = r->segs[j].get();
+    if (g->staged) conn_->release_staged(g->staged);
+    g->staged = nullptr;
+    g->state = SegState::kDone;
+    if (g->meta.kind != static_cast<uint8_t>(FrameKind::kCodec)) continue;
+    const gpu::Result* res = g->result;
+    auto st =
+        res && gpu::result_ready(res) ? static_cast<codec::Status>(res->status) : codec::Status::kCorrupt;
+    if (st != codec::Status::kOk || res->size != g->meta.original_len) {
+      ZIPCCL_WARN("corrupt compressed frame from the peer (GPU decode: %s, %llu of %llu bytes, segment %zu)",
+                  codec::status_string(st), (unsigned long long)(res ? res->size : 0),
+                  (unsigned long long)g->meta.original_len, j);
       return ncclSystemError;
     }
-    ++stats_.compressed;
-    ++gpu_decoded_;
   }
+  if (r->any_codec) ++gpu_decoded_;
   return ncclSuccess;
 }
 
@@ -237,43 +330,31 @@ ncclResult_t RecvComm::test(void* request, int* done, size_t* size) {
   }
   if (failed_) return ncclSystemError;
   if (progress() != ncclSuccess) return fail(r);
-  if (r->state == State::kReceiving) {
-    bool finished = false;
-    if (conn_->test(r->op, &finished) != ncclSuccess) return fail(r);
-    if (!finished) return ncclSuccess;
-    if (r->device) {
-      if (start_device_landing(r, r->host_stage) != ncclSuccess) return fail(r);
-      return ncclSuccess;
-    }
-    if (r->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
-      start_decode(r, r->staging.data());
-      return ncclSuccess;
-    }
-  } else if (r->state == State::kGpuLanding) {
-    bool finished = false;
-    if (finish_device_landing(r, &finished) != ncclSuccess) return fail(r);
-    if (!finished) return ncclSuccess;
-  } else if (r->state == State::kDecoding) {
-    if (!r->job.done.load(std::memory_order_acquire)) return ncclSuccess;
-    if (r->staged) conn_->release_staged(r->staged);
-    r->staged = nullptr;
-    stats_.codec_ns += r->job.ns;
-    if (r->job.status != codec::Status::kOk || r->job.out != r->meta.original_len) {
-      ZIPCCL_WARN("corrupt compressed frame from the peer (%s, %zu of %llu bytes decoded)",
-                  codec::status_string(r->job.status), r->job.out, (unsigned long long)r->meta.original_len);
-      return fail(r);
-    }
-    ++stats_.compressed;
+  bool complete = false;
+  if (r->state == State::kGpuLanding) {
+    if (finish_device_landing(r, &complete) != ncclSuccess) return fail(r);
   } else {
-    return ncclSuccess;  // still waiting for its frame
+    complete = !r->device && r->asm_.complete && r->done_segs == r->nsegs;
   }
+  if (!complete) return ncclSuccess;
   ++stats_.messages;
-  stats_.bytes_in += r->meta.original_len;
-  stats_.bytes_wire += r->meta.wire_len;
+  stats_.bytes_in += r->asm_.offset;
+  stats_.bytes_wire += r->wire;
+  if (r->any_codec) ++stats_.compressed;
+  if (r->nsegs > 1) {
+    ++stats_.segmented;
+    stats_.segments += r->nsegs;
+  }
+  if (r->device) {
+    ++stats_.device_messages;
+    if (r->any_codec) ++stats_.device_codec;
+  }
   *done = 1;
-  if (size) *size = r->meta.original_len;
+  if (size) *size = static_cast<size_t>(r->asm_.offset);
   r->state = State::kFree;
-  free_.push_back(static_cast<int>(r - reqs_.data()));
+  int idx = static_cast<int>(r - reqs_.data());
+  active_.erase(std::find(active_.begin(), active_.end(), idx));
+  free_.push_back(idx);
   return ncclSuccess;
 }
 

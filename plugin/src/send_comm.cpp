@@ -1,6 +1,7 @@
 // Send side of the compressing layer: decide raw or compressed per message, encode on the worker
 // pool, and hand frames to the transport strictly in isend order.
 #include <algorithm>
+#include <mutex>
 #include <thread>
 
 #include "comm.h"
@@ -62,6 +63,16 @@ SendComm::SendComm(SendConn* conn, const DeviceInfo& dev)
     reqs_[i].h.comm = this;
     free_.push_back(i);
   }
+  segment_bytes_ = effective_segment_bytes(settings().segment_bytes);
+  if (segment_bytes_ && !conn_->carries_segments()) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
+                  "ZIPCCL_SEGMENT_BYTES: segments are off on this transport's connections (RDMA pairs "
+                  "each transport message with one posted receive); messages go whole there");
+    });
+    segment_bytes_ = 0;
+  }
   stats_.direction = "send";
   stats_.peer = dev.name;
   created_ = last_sample_ = Clock::now();
@@ -70,15 +81,19 @@ SendComm::SendComm(SendConn* conn, const DeviceInfo& dev)
 SendComm::~SendComm() {
   // Jobs still on the pool reference our buffers: wait for them (bounded by one encode each).
   for (Req& r : reqs_) {
-    if (r.state == State::kEncoding) {
-      while (!r.job.done.load(std::memory_order_acquire)) std::this_thread::yield();
+    if (r.state != State::kActive) continue;
+    for (size_t j = 0; j < r.nsegs && j < r.segs.size(); ++j) {
+      Seg& g = *r.segs[j];
+      if (g.state == SegState::kEncoding) {
+        while (!g.job.done.load(std::memory_order_acquire)) std::this_thread::yield();
+      }
     }
   }
   if (sample_busy_) {
     while (!sample_job_.done.load(std::memory_order_acquire)) std::this_thread::yield();
   }
   conn_.reset();  // joins the transport's helper threads, which may still read staging buffers
-  gpu_.reset();   // waits for this comm's stream, then frees its device and pinned buffers
+  gpu_.reset();   // waits for this comm's streams, then frees its device and pinned buffers
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET, "GPU path (send): %llu device messages, %llu sent as device-encoded frames",
                 (unsigned long long)gpu_messages_, (unsigned long long)gpu_encoded_);
@@ -104,12 +119,14 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
   r.data = static_cast<const char*>(data);
   r.size = size;
   r.tag = tag;
-  r.kind = FrameKind::kRaw;
-  r.wire = size;
-  r.op = kNoOp;
-  r.state = State::kReady;
+  r.state = State::kActive;
   r.device = device;
-  r.staged = nullptr;
+  r.tried = false;
+  r.type = codec::ElemType::kAuto;
+  r.next_post = 0;
+  r.inflight = 0;
+  r.wire = 0;
+  r.any_codec = false;
 
   const Settings& s = settings();
   bool compress = false;
@@ -126,7 +143,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
       // the policy wants sampled is encoded whole on the device (that measures the GPU codec).
       if (want || sample) {
         compress = true;
-        r.job.type = type;
+        r.type = type;
       } else {
         ++stats_.raw_policy;
       }
@@ -141,29 +158,55 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
         ++stats_.raw_incompressible;
       } else {
         compress = true;
-        r.job.type = type;
+        r.type = type;
       }
     }
   }
+
+  // The segments (one unless the message is larger than the segment size) and their staging regions.
+  r.nsegs = static_cast<size_t>(segment_count(size, segment_bytes_));
+  while (r.segs.size() < r.nsegs) r.segs.emplace_back(new Seg);
+  size_t off = 0, stage = 0;
+  for (size_t j = 0; j < r.nsegs; ++j) {
+    Seg& g = *r.segs[j];
+    g.off = off;
+    g.len = static_cast<size_t>(segment_len(size, segment_bytes_, j));
+    g.stage_off = stage;
+    g.kind = FrameKind::kRaw;
+    g.wire = g.len;
+    g.staged = nullptr;
+    g.result = nullptr;
+    g.state = SegState::kReady;
+    off += g.len;
+    stage += codec::max_encoded_size(g.len);
+  }
+  r.stage_bytes = stage;
+
   if (device) {
     unposted_.push_back(idx);
     *request = &r.h;
-    ncclResult_t res = start_device(&r, compress && size > 0, r.job.type);
+    ncclResult_t res = start_device(&r, compress && size > 0);
     if (res == ncclSuccess) res = progress();
     if (res != ncclSuccess) failed_ = true;
     return res;
   }
   if (compress) {
-    size_t cap = codec::max_encoded_size(size);
-    if (r.staging.size() < cap) r.staging.resize(cap);  // grows to the largest message, then reused
-    r.job.src = data;
-    r.job.n = size;
-    r.job.dst = r.staging.data();
-    r.job.cap = cap;
-    r.job.out = 0;
-    r.job.done.store(false);
-    r.state = State::kEncoding;
-    worker_pool().submit(&r.job);
+    r.tried = true;
+    if (r.staging.size() < stage) r.staging.resize(stage);  // grows to the largest message, then reused
+    // Every segment goes to the pool at once: the workers encode them in order (in parallel when there
+    // are several), and each is posted as soon as it and the ones before it are done.
+    for (size_t j = 0; j < r.nsegs; ++j) {
+      Seg& g = *r.segs[j];
+      g.job.src = g.off ? r.data + g.off : r.data;
+      g.job.n = g.len;
+      g.job.dst = r.staging.data() + g.stage_off;
+      g.job.cap = codec::max_encoded_size(g.len);
+      g.job.type = r.type;
+      g.job.out = 0;
+      g.job.done.store(false);
+      g.state = SegState::kEncoding;
+      worker_pool().submit(&g.job);
+    }
   }
   unposted_.push_back(idx);
   *request = &r.h;
@@ -202,9 +245,10 @@ void SendComm::finish_sample() {
   sample_busy_ = false;
 }
 
-// Device message: encode on the GPU into device staging (its size arrives in pinned memory), or copy
-// the raw message to pinned staging. Nothing here waits for the device.
-ncclResult_t SendComm::start_device(Req* r, bool compress, codec::ElemType type) {
+// Device message: every segment's encode is enqueued on the stream now, each into its own region of
+// device staging with its own pinned result; or, raw, every segment's D2H on the copy stream. Nothing
+// here waits for the device.
+ncclResult_t SendComm::start_device(Req* r, bool compress) {
   gpu::DeviceOps* ops = gpu::device_ops();
   if (!ops) {
     ZIPCCL_WARN("isend from device memory, but the GPU path is off");
@@ -219,85 +263,100 @@ ncclResult_t SendComm::start_device(Req* r, bool compress, codec::ElemType type)
   ZIPCCL_CHECK(gpu_->bind(dev));
   ++gpu_messages_;
   int slot = static_cast<int>(r - reqs_.data());
-  if (!compress) return copy_to_host(r, r->data, r->size);
-  size_t cap = codec::max_encoded_size(r->size);
+  void* host = nullptr;
+  ZIPCCL_CHECK(
+      gpu_->buffer(slot, gpu::Channel::Buf::kHost, r->stage_bytes, &host));  // sized once per message
+  if (!compress) {
+    for (size_t j = 0; j < r->nsegs; ++j) {
+      Seg* g = r->segs[j].get();
+      ZIPCCL_CHECK(copy_to_host(r, g, j, g->off ? r->data + g->off : r->data, g->len));
+    }
+    return ncclSuccess;
+  }
+  r->tried = true;
   void* dst = nullptr;
-  ZIPCCL_CHECK(gpu_->buffer(slot, gpu::Channel::Buf::kDevice, cap, &dst));
-  gpu::Result* res = gpu_->result(slot);
-  gpu::result_clear(res);
-  ZIPCCL_CHECK(ops->encode(gpu_->stream(), r->data, r->size, dst, cap, type, settings().gpu_max_sms, res));
+  ZIPCCL_CHECK(gpu_->buffer(slot, gpu::Channel::Buf::kDevice, r->stage_bytes, &dst));
+  for (size_t j = 0; j < r->nsegs; ++j) {
+    Seg* g = r->segs[j].get();
+    ZIPCCL_CHECK(gpu_->seg_result(slot, j, &g->result));
+    gpu::result_clear(g->result);
+    ZIPCCL_CHECK(ops->encode(gpu_->stream(), r->data + g->off, g->len, static_cast<char*>(dst) + g->stage_off,
+                             codec::max_encoded_size(g->len), r->type, settings().gpu_max_sms, g->result));
+    g->state = SegState::kGpuEncoding;
+  }
   r->gpu_t0 = Clock::now();
-  r->state = State::kGpuEncoding;
   return ncclSuccess;
 }
 
-// Enqueues the D2H copy of what is to be posted (the frame, or the raw message) and its event.
-ncclResult_t SendComm::copy_to_host(Req* r, const void* src, size_t n) {
+// Enqueues the D2H copy of what segment j posts (its frame, or its raw bytes) into its region of the
+// pinned staging, on the copy stream, and the segment's event.
+ncclResult_t SendComm::copy_to_host(Req* r, Seg* g, size_t j, const void* src, size_t n) {
   int slot = static_cast<int>(r - reqs_.data());
   void* host = nullptr;
-  ZIPCCL_CHECK(gpu_->buffer(slot, gpu::Channel::Buf::kHost, n, &host));
-  ZIPCCL_CHECK(gpu_->ops()->copy(gpu_->stream(), host, src, n, gpu::Copy::kDeviceToHost));
-  ZIPCCL_CHECK(gpu_->record(slot));
-  r->staged = host;
-  r->state = State::kGpuCopying;
+  ZIPCCL_CHECK(gpu_->buffer(slot, gpu::Channel::Buf::kHost, r->stage_bytes, &host));  // the same buffer
+  char* dst = static_cast<char*>(host) + g->stage_off;
+  ZIPCCL_CHECK(gpu_->ops()->copy(gpu_->copy_stream(), dst, src, n, gpu::Copy::kDeviceToHost));
+  ZIPCCL_CHECK(gpu_->seg_record(slot, j));
+  g->staged = dst;
+  g->state = SegState::kGpuCopying;
   return ncclSuccess;
 }
 
-// Moves every device message forward independently of the others (they post in order later).
+// Moves every device segment forward independently of the others (they post in order later): a
+// finished encode gets its D2H at once, on the copy stream, while later encodes run on the stream.
 ncclResult_t SendComm::progress_device() {
   for (int idx : unposted_) {
     Req* r = &reqs_[idx];
-    if (r->state == State::kGpuEncoding) {
-      gpu::Result* res = gpu_->result(idx);
-      if (!gpu::result_ready(res)) continue;
-      double seconds = std::chrono::duration<double>(Clock::now() - r->gpu_t0).count();
-      stats_.codec_ns += static_cast<uint64_t>(seconds * 1e9);
-      auto st = static_cast<codec::Status>(res->status);
-      if (st != codec::Status::kOk) {
-        ZIPCCL_WARN("GPU encode of %zu bytes failed (%s); sending raw", r->size, codec::status_string(st));
-        ++stats_.raw_incompressible;
-        ZIPCCL_CHECK(copy_to_host(r, r->data, r->size));
-      } else {
-        policy_.on_encoded(r->size, res->size, seconds);
-        if (res->size < r->size) {
-          void* frame = nullptr;
-          ZIPCCL_CHECK(gpu_->buffer(idx, gpu::Channel::Buf::kDevice, res->size, &frame));  // the frame's buffer
-          r->kind = FrameKind::kCodec;
-          r->wire = res->size;
-          ZIPCCL_CHECK(copy_to_host(r, frame, res->size));  // exactly the frame's bytes
+    if (!r->device) continue;
+    for (size_t j = r->next_post; j < r->nsegs; ++j) {
+      Seg* g = r->segs[j].get();
+      if (g->state == SegState::kGpuEncoding) {
+        if (!gpu::result_ready(g->result)) break;  // encodes finish in stream order
+        auto now = Clock::now();
+        double seconds = std::chrono::duration<double>(now - r->gpu_t0).count();
+        r->gpu_t0 = now;  // the next segment's encode started when this one finished
+        stats_.codec_ns += static_cast<uint64_t>(seconds * 1e9);
+        auto st = static_cast<codec::Status>(g->result->status);
+        const char* src_raw = g->off ? r->data + g->off : r->data;
+        if (st != codec::Status::kOk) {
+          ZIPCCL_WARN("GPU encode of %zu bytes failed (%s); sending raw", g->len, codec::status_string(st));
+          ZIPCCL_CHECK(copy_to_host(r, g, j, src_raw, g->len));
         } else {
-          ++stats_.raw_incompressible;
-          ZIPCCL_CHECK(copy_to_host(r, r->data, r->size));
+          policy_.on_encoded(g->len, g->result->size, seconds);
+          if (g->result->size < g->len) {
+            void* frames = nullptr;
+            ZIPCCL_CHECK(gpu_->buffer(idx, gpu::Channel::Buf::kDevice, r->stage_bytes, &frames));
+            g->kind = FrameKind::kCodec;
+            g->wire = g->result->size;
+            ZIPCCL_CHECK(copy_to_host(r, g, j, static_cast<char*>(frames) + g->stage_off, g->wire));
+          } else {
+            ZIPCCL_CHECK(copy_to_host(r, g, j, src_raw, g->len));
+          }
         }
       }
-    }
-    if (r->state == State::kGpuCopying) {
-      bool done = false;
-      ZIPCCL_CHECK(gpu_->query(idx, &done));
-      if (done) {
-        if (r->kind == FrameKind::kCodec) ++gpu_encoded_;
-        r->state = State::kReady;
+      if (g->state == SegState::kGpuCopying) {
+        bool done = false;
+        ZIPCCL_CHECK(gpu_->seg_query(idx, j, &done));
+        if (done) g->state = SegState::kReady;
       }
     }
   }
   return ncclSuccess;
 }
 
-void SendComm::finish_encode(Req* r) {
-  stats_.codec_ns += r->job.ns;
-  if (r->job.status != codec::Status::kOk) {
-    ZIPCCL_WARN("encode of %zu bytes failed (%s); sending raw", r->size, codec::status_string(r->job.status));
-    ++stats_.raw_incompressible;
+void SendComm::finish_encode(Req* r, Seg* g) {
+  stats_.codec_ns += g->job.ns;
+  if (g->job.status != codec::Status::kOk) {
+    ZIPCCL_WARN("encode of %zu bytes failed (%s); sending raw", g->len, codec::status_string(g->job.status));
   } else {
-    policy_.on_encoded(r->size, r->job.out, r->job.ns * 1e-9);
-    if (r->job.out < r->size) {
-      r->kind = FrameKind::kCodec;
-      r->wire = r->job.out;
-    } else {
-      ++stats_.raw_incompressible;  // the original bytes go, not the staging copy
-    }
+    policy_.on_encoded(g->len, g->job.out, g->job.ns * 1e-9);
+    if (g->job.out < g->len) {
+      g->kind = FrameKind::kCodec;
+      g->wire = g->job.out;
+    }  // else the original bytes go, not the staging copy
   }
-  r->state = State::kReady;
+  (void)r;
+  g->state = SegState::kReady;
 }
 
 // Measures what the link delivers while it has a backlog: bytes the peer acknowledged over time. A
@@ -321,33 +380,68 @@ void SendComm::sample_link() {
   last_backlog_ = backlog;
 }
 
+// Posts ready segments strictly in order (each as soon as it and all before it are ready), then
+// completes transport ops in posting order.
 ncclResult_t SendComm::progress() {
   if (settings().compress == CompressMode::kAuto) {
     sample_link();
     finish_sample();
   }
   if (gpu_) ZIPCCL_CHECK(progress_device());
-  while (!unposted_.empty()) {
-    Req* r = &reqs_[unposted_.front()];
-    if (r->state == State::kEncoding) {
-      if (!r->job.done.load(std::memory_order_acquire)) break;
-      finish_encode(r);
+  bool blocked = false;
+  while (!unposted_.empty() && !blocked) {
+    int idx = unposted_.front();
+    Req* r = &reqs_[idx];
+    while (r->next_post < r->nsegs) {
+      size_t j = r->next_post;
+      Seg* g = r->segs[j].get();
+      if (g->state == SegState::kEncoding) {
+        if (!g->job.done.load(std::memory_order_acquire)) {
+          blocked = true;
+          break;
+        }
+        finish_encode(r, g);
+      }
+      if (g->state != SegState::kReady) {  // a device segment still on the GPU
+        blocked = true;
+        break;
+      }
+      FrameMeta meta = r->nsegs > 1 ? make_segment(g->kind, r->tag, static_cast<uint32_t>(j),
+                                                   j + 1 == r->nsegs, g->len, g->wire)
+                                    : make_frame(g->kind, r->tag, r->size, g->wire);
+      const void* payload = r->device ? g->staged
+                            : g->kind == FrameKind::kCodec
+                                ? static_cast<const void*>(r->staging.data() + g->stage_off)
+                            : g->off ? r->data + g->off
+                                     : r->data;
+      int op = kNoOp;
+      // A codec frame is decoded by the receiver, not kept: a transport writing into the receiver's
+      // memory lands it in staging (post_staged), while raw bytes go straight to the posted buffer.
+      const uint8_t* m = reinterpret_cast<const uint8_t*>(&meta);
+      ZIPCCL_CHECK(g->kind == FrameKind::kCodec ? conn_->post_staged(m, payload, g->wire, &op)
+                                                : conn_->post(m, payload, g->wire, &op));
+      if (op == kNoOp) {
+        blocked = true;
+        break;
+      }
+      g->state = SegState::kPosted;
+      posted_.push_back(PostedOp{idx, op});
+      ++r->inflight;
+      r->wire += g->wire;
+      if (g->kind == FrameKind::kCodec) r->any_codec = true;
+      ++r->next_post;
     }
-    if (r->state != State::kReady) break;  // a device message still on the GPU
-    FrameMeta meta = make_frame(r->kind, r->tag, r->size, r->wire);
-    const void* payload = r->device                     ? r->staged
-                          : r->kind == FrameKind::kCodec ? static_cast<const void*>(r->staging.data())
-                                                         : r->data;
-    int op = kNoOp;
-    // A codec frame is decoded by the receiver, not kept: a transport writing into the receiver's
-    // memory lands it in staging (post_staged), while raw bytes go straight to the posted buffer.
-    const uint8_t* m = reinterpret_cast<const uint8_t*>(&meta);
-    ZIPCCL_CHECK(r->kind == FrameKind::kCodec ? conn_->post_staged(m, payload, r->wire, &op)
-                                              : conn_->post(m, payload, r->wire, &op));
-    if (op == kNoOp) break;
-    r->op = op;
-    r->state = State::kPosted;
-    unposted_.pop_front();
+    if (r->next_post == r->nsegs) {
+      r->state = State::kPosted;
+      unposted_.pop_front();
+    }
+  }
+  while (!posted_.empty()) {
+    bool done = false;
+    ZIPCCL_CHECK(conn_->test(posted_.front().op, &done));
+    if (!done) break;
+    --reqs_[posted_.front().req].inflight;  // the transport released its slot
+    posted_.pop_front();
   }
   return ncclSuccess;
 }
@@ -361,16 +455,26 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
   }
   if (failed_) return ncclSystemError;
   ncclResult_t res = progress();
-  if (res == ncclSuccess && r->state == State::kPosted && r->op != kNoOp) {
-    bool finished = false;
-    res = conn_->test(r->op, &finished);
-    if (res == ncclSuccess && finished) r->op = kNoOp;  // the transport released its slot
-  }
-  if (res == ncclSuccess && r->state == State::kPosted && r->op == kNoOp) {
+  if (res == ncclSuccess && r->state == State::kPosted && r->inflight == 0) {
     ++stats_.messages;
     stats_.bytes_in += r->size;
     stats_.bytes_wire += r->wire;
-    if (r->kind == FrameKind::kCodec) ++stats_.compressed;
+    if (r->any_codec) {
+      ++stats_.compressed;
+    } else if (r->tried) {
+      ++stats_.raw_incompressible;  // the encoder found nothing to gain (or failed)
+    }
+    if (r->nsegs > 1) {
+      ++stats_.segmented;
+      stats_.segments += r->nsegs;
+    }
+    if (r->device) {
+      ++stats_.device_messages;
+      if (r->any_codec) {
+        ++stats_.device_codec;
+        ++gpu_encoded_;
+      }
+    }
     *done = 1;
     if (size) *size = r->size;
     r->state = State::kFree;

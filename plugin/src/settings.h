@@ -22,6 +22,9 @@ struct Settings {
   uint64_t inline_bytes = 16 << 10;
   int workers = 1;        // codec worker threads (process-wide pool)
   int max_requests = 64;  // requests in flight per comm
+  // Messages larger than this travel as several segments, each its own frame (0: off). Effective
+  // value: rounded down to a multiple of 4 KiB, at least 4 KiB (segment_bytes()).
+  uint64_t segment_bytes = 1 << 20;
   std::string stats_file;
   double link_gbps = 0;     // 0: measure the link online
   int probe_interval = 16;  // auto: sample the codec every N raw messages (backs off)
@@ -43,6 +46,13 @@ struct Settings {
   int gpu_emulate_delay_us = 0;    // emulate: delay of every stream operation
   int gpu_emulate_fail_every = 0;  // emulate: every Nth encode/decode fails (0: none)
 };
+
+// ZIPCCL_SEGMENT_BYTES as the comms use it: 0 (off), else a multiple of 4 KiB (device receives land
+// LL128 lines flag-last per segment, so segments never split a 128-byte line).
+inline uint64_t effective_segment_bytes(uint64_t v) {
+  if (v == 0) return 0;
+  return v < 4096 ? 4096 : v & ~uint64_t{4095};
+}
 
 // Reads the registry on first use (thread-safe) and returns it.
 const Settings& settings();

@@ -194,6 +194,7 @@ class SocketSendConn final : public SendConn, private SocketConn {
     return test_op(op, "send", done);
   }
 
+  bool carries_segments() const override { return true; }  // peek/recv per transport message
   void link_progress(uint64_t* delivered, uint64_t* backlog) override {
     // A peer on this host: the "link" is the two processes' CPUs copying memory, whose pace dips
     // whenever another job takes a core. Compressing cannot save anything there (the receiver would

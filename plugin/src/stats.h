@@ -20,8 +20,12 @@ struct ConnStats {
   uint64_t raw_incompressible = 0;  // raw: detector or encoder found nothing to gain
   uint64_t codec_ns = 0;            // worker time spent in the codec
   uint64_t errors = 0;
-  double link_gbps = 0;  // the policy's final link estimate (send side)
-  double seconds = 0;    // comm lifetime
+  uint64_t segmented = 0;        // messages that travelled as several segments (ZIPCCL_SEGMENT_BYTES)
+  uint64_t segments = 0;         // the transport messages those took
+  uint64_t device_messages = 0;  // messages from/to device buffers (GPU path)
+  uint64_t device_codec = 0;     // of those, encoded (send) or decoded (recv) on the device
+  double link_gbps = 0;          // the policy's final link estimate (send side)
+  double seconds = 0;            // comm lifetime
 };
 
 // Logs the summary and appends the JSON line if configured. Never fails (errors are WARNed).

@@ -44,6 +44,11 @@ class SendConn {
   // acknowledged (not merely bytes copied into kernel buffers), *backlog the bytes posted but not yet
   // delivered. A link is busy while the backlog stays non-zero; its speed is delivered/time then.
   virtual void link_progress(uint64_t* delivered, uint64_t* backlog) = 0;
+  // Whether the compressing layer may send one NCCL message as several consecutive messages
+  // (segments, frame.h) on this connection: true when the receiving end needs nothing per transport
+  // message beyond what peek/recv do. The RDMA transport pairs each transport message with one
+  // post_target() (one per NCCL receive), so it says false and messages go whole there.
+  virtual bool carries_segments() const { return false; }
 };
 
 class RecvConn {

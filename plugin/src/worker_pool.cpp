@@ -4,6 +4,13 @@
 
 namespace zipccl {
 namespace net {
+namespace {
+std::atomic<void (*)(Job*)> g_job_hook{nullptr};
+}
+
+void set_job_hook_for_tests(void (*hook)(Job*)) {
+  g_job_hook.store(hook, std::memory_order_release);
+}
 
 WorkerPool::WorkerPool(int threads) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
@@ -37,6 +44,7 @@ void WorkerPool::loop() {
       job = queue_.front();
       queue_.pop_front();
     }
+    if (auto hook = g_job_hook.load(std::memory_order_acquire)) hook(job);
     job->run();
     backlog_.fetch_sub(1, std::memory_order_relaxed);
     job->done.store(true, std::memory_order_release);

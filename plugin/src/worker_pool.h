@@ -39,6 +39,9 @@ class WorkerPool {
   std::vector<std::thread> threads_;
 };
 
+// Tests only: called on the worker thread before each job runs (may block it), nullptr: none.
+void set_job_hook_for_tests(void (*hook)(Job*));
+
 // The shared pool, created on first use with ZIPCCL_WORKERS threads.
 WorkerPool& worker_pool();
 

@@ -9,11 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "src/gpu_path.h"
 #include "src/log.h"
 #include "src/settings.h"
+#include "src/worker_pool.h"
 
 using namespace zipccl::net;
 using zipccl_test::DataKind;
@@ -163,12 +166,20 @@ struct Wire {
   std::deque<std::pair<std::vector<uint8_t>, const void*>> queue;  // meta + payload pointer
   std::deque<size_t> lens;
   std::deque<std::vector<uint8_t>> payloads;  // filled when the send op completes
+  std::vector<FrameMeta> posted;              // every header, at post() time
 };
 
 class FakeSend final : public SendConn {
  public:
   explicit FakeSend(Wire* w) : w_(w) {}
+  bool carries_segments() const override { return true; }
   ncclResult_t post(const uint8_t* meta, const void* payload, size_t len, int* op) override {
+    {
+      std::lock_guard<std::mutex> lock(w_->mu);
+      FrameMeta m;
+      std::memcpy(&m, meta, sizeof m);
+      w_->posted.push_back(m);
+    }
     *op = next_++;
     ops_[*op] = Pending{std::vector<uint8_t>(meta, meta + kMetaBytes), payload, len, 3};
     return ncclSuccess;
@@ -462,6 +473,161 @@ TEST(GpuPathFaults, FailingCodecIsAnErrorNotAHang) {
   Outcome o = run_pipeline(msgs, 4, false, true, false);
   EXPECT_TRUE(o.recv_failed) << o.error;
   EXPECT_NE(o.error, "timeout (hang)");
+}
+
+// ---- segments (ZIPCCL_SEGMENT_BYTES): a large message travels as several frames ----
+
+// Host buffers: the worker pool encodes segment 1 only when the test lets it; segment 0 must be on the
+// wire before that (ordering by events, not time).
+std::mutex g_hook_mu;
+std::condition_variable g_hook_cv;
+int g_hook_jobs = 0;
+bool g_hook_open = false;
+void hold_second_job(Job*) {
+  std::unique_lock<std::mutex> lock(g_hook_mu);
+  if (++g_hook_jobs == 2) g_hook_cv.wait(lock, [] { return g_hook_open; });
+}
+void open_hook() {
+  {
+    std::lock_guard<std::mutex> lock(g_hook_mu);
+    g_hook_open = true;
+  }
+  g_hook_cv.notify_all();
+}
+
+class Segments : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (effective_segment_bytes(settings().segment_bytes) == 0) GTEST_SKIP() << "needs ZIPCCL_SEGMENT_BYTES";
+    if (settings().compress != CompressMode::kAlways) GTEST_SKIP() << "needs ZIPCCL_COMPRESS=always";
+    if (settings().gpu_emulate_fail_every != 0) GTEST_SKIP() << "run without failure injection";
+    seg_ = effective_segment_bytes(settings().segment_bytes);
+    set_logger(capture);
+  }
+  // Sends one message (device or host buffer) and receives it on a host buffer, driving both comms
+  // until done; `while_waiting` runs on every pass until it returns true (then the gate opens).
+  template <typename Fn>
+  std::string transfer(const std::vector<uint8_t>& msg, bool device, Wire* wire, Fn&& while_waiting) {
+    DeviceMem mem;
+    DeviceInfo dev;
+    dev.name = "fake";
+    SendComm send(new FakeSend(wire), dev);
+    RecvComm recv(new FakeRecv(wire), dev);
+    struct OpenGates {  // before the comms close (their streams would wait for a held encode)
+      ~OpenGates() {
+        open_hook();
+        gpu::emulated_gate_encodes(~uint64_t{0});
+      }
+    } open_gates;
+    void* src = device ? mem.upload(msg.data(), msg.size()) : const_cast<uint8_t*>(msg.data());
+    std::vector<uint8_t> dst(msg.size() + 64, 0xA5);
+    void *sreq = nullptr, *rreq = nullptr;
+    if (recv.irecv(dst.data(), msg.size(), 0, false, false, &rreq) != ncclSuccess || !rreq) return "irecv";
+    if (send.isend(src, msg.size(), 0, device, &sreq) != ncclSuccess || !sreq) return "isend";
+    int sdone = 0, rdone = 0;
+    bool waited = false;
+    auto t0 = std::chrono::steady_clock::now();
+    while (!sdone || !rdone) {
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) return "timeout (hang)";
+      if (!waited) waited = while_waiting();
+      size_t n = 0;
+      if (!sdone && send.test(sreq, &sdone, &n) != ncclSuccess) return "send test";
+      if (waited && !rdone && recv.test(rreq, &rdone, &n) != ncclSuccess) return "recv test";
+      if (rdone && n != msg.size()) return "recv size";
+    }
+    if (!waited) return "never saw the awaited event";
+    if (!std::equal(msg.begin(), msg.end(), dst.begin())) return "payload differs";
+    for (size_t k = msg.size(); k < dst.size(); ++k) {
+      if (dst[k] != 0xA5) return "byte past the message written";
+    }
+    return "";
+  }
+  uint64_t seg_ = 0;
+};
+
+TEST_F(Segments, HeadersOnTheWireCoverTheMessage) {
+  for (bool device : {false, true}) {
+    if (device && settings().gpu != "emulate") continue;
+    for (size_t size : {size_t(seg_), size_t(seg_) + 1, size_t(seg_) * 5 + 77}) {
+      Wire wire;
+      std::vector<uint8_t> msg = make_data(DataKind::kBf16Gauss, size, 9);
+      EXPECT_EQ(transfer(msg, device, &wire, [] { return true; }), "") << size;
+      uint64_t n = segment_count(size, seg_), sum = 0;
+      ASSERT_EQ(wire.posted.size(), n) << size;
+      for (size_t j = 0; j < n; ++j) {
+        const FrameMeta& m = wire.posted[j];
+        if (n == 1) {
+          EXPECT_EQ(m.version, kFrameVersion);  // a message of one segment's size goes whole
+        } else {
+          EXPECT_EQ(m.version, kFrameVersionSegment);
+          EXPECT_EQ(m.segment, j);
+          EXPECT_EQ((m.flags & kSegLast) != 0, j + 1 == n);
+          EXPECT_EQ(m.original_len, segment_len(size, seg_, j));
+        }
+        if (m.original_len >= 4096) {  // Gaussian bf16 compresses (a 1- or 77-byte tail does not)
+          EXPECT_EQ(m.kind, static_cast<uint8_t>(FrameKind::kCodec)) << j;
+        }
+        if (m.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
+          EXPECT_LT(m.wire_len, m.original_len);
+        }
+        sum += m.original_len;
+      }
+      EXPECT_EQ(sum, size);
+    }
+  }
+}
+
+TEST_F(Segments, HostSegmentIsPostedBeforeTheNextIsEncoded) {
+  Wire wire;
+  std::vector<uint8_t> msg = make_data(DataKind::kBf16Gauss, seg_ * 8, 21);
+  g_hook_jobs = 0;
+  g_hook_open = false;
+  set_job_hook_for_tests(hold_second_job);
+  struct Reset {
+    ~Reset() {
+      open_hook();
+      set_job_hook_for_tests(nullptr);
+    }
+  } reset;
+  size_t posted_while_held = 0;
+  std::string err = transfer(msg, false, &wire, [&] {
+    std::lock_guard<std::mutex> lock(wire.mu);
+    if (wire.posted.empty()) return false;
+    posted_while_held = wire.posted.size();  // segment 1's encode is still held
+    open_hook();
+    return true;
+  });
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(posted_while_held, 1u);
+  EXPECT_EQ(wire.posted.size(), 8u);
+}
+
+// Device buffers: the emulated device encodes only one segment until the test opens the gate; that
+// segment's D2H (copy stream) and post must not wait for the held encodes (one stream would: its copy
+// would queue behind them).
+TEST_F(Segments, DeviceSegmentIsPostedWhileLaterEncodesAreHeld) {
+  if (settings().gpu != "emulate") GTEST_SKIP() << "needs the emulation's encode gate";
+  Wire wire;
+  std::vector<uint8_t> msg = make_data(DataKind::kBf16Gauss, seg_ * 6 + 5, 22);
+  uint64_t base = gpu::emulated_encodes_done();
+  gpu::emulated_gate_encodes(base + 1);
+  struct Reset {
+    ~Reset() { gpu::emulated_gate_encodes(~uint64_t{0}); }
+  } reset;
+  size_t posted_while_held = 0;
+  uint64_t encoded_then = 0;
+  std::string err = transfer(msg, true, &wire, [&] {
+    std::lock_guard<std::mutex> lock(wire.mu);
+    if (wire.posted.empty()) return false;
+    posted_while_held = wire.posted.size();
+    encoded_then = gpu::emulated_encodes_done() - base;
+    gpu::emulated_gate_encodes(~uint64_t{0});
+    return true;
+  });
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(posted_while_held, 1u);
+  EXPECT_EQ(encoded_then, 1u);  // 1 of 7 segments encoded when segment 0 was posted
+  EXPECT_EQ(wire.posted.size(), 7u);
 }
 
 }  // namespace

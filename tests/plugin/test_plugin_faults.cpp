@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "plugin_data.h"
@@ -408,6 +409,142 @@ TEST_F(Garbage, RandomlyCorruptedCodecFramesNeverWriteOutOfBounds) {
     api_->close_recv(rc_);
     rc_ = nullptr;
   }
+}
+
+// ---- segments (frame.h): one receive assembled from several transport messages ----
+
+// Sends the segments of one message as consecutive transport messages starting at sequence `*seq`.
+struct SegSpec {
+  zn::FrameKind kind;
+  uint32_t index;
+  bool last;
+  std::vector<uint8_t> payload;
+  uint64_t original;
+};
+bool send_segments(RawPeer* p, const std::vector<SegSpec>& segs, uint64_t* seq) {
+  for (const SegSpec& g : segs) {
+    zn::FrameMeta m = zn::make_segment(g.kind, 0, g.index, g.last, g.original, g.payload.size());
+    if (!p->send_message(m, g.payload.data(), g.payload.size(), (*seq)++)) return false;
+  }
+  return true;
+}
+SegSpec raw_seg(uint32_t index, bool last, size_t n, uint8_t fill) {
+  return SegSpec{zn::FrameKind::kRaw, index, last, std::vector<uint8_t>(n, fill), n};
+}
+
+TEST_F(Garbage, SegmentsAssembleAtTheirOffsets) {
+  // The positive control for the fault cases below: raw, codec and raw segments land in order.
+  RawPeer p;
+  accept_raw(&p);
+  size_t n = 0;
+  std::vector<uint8_t> f = codec_frame(12000, &n);
+  std::vector<uint8_t> middle = make_data(DataKind::kBf16Gauss, n, 11);  // what codec_frame encoded
+  uint64_t seq = 0;
+  ASSERT_TRUE(send_segments(
+      &p,
+      {raw_seg(0, false, 4096, 1), SegSpec{zn::FrameKind::kCodec, 1, false, f, n}, raw_seg(2, true, 100, 3)},
+      &seq));
+  size_t total = 4096 + n + 100, cap = total + 1000;
+  std::vector<uint8_t> buf(cap + 256, kCanary);
+  void* req = nullptr;
+  ASSERT_EQ(api_->irecv(rc_, buf.data(), cap, 0, nullptr, &req), ncclSuccess);
+  double s = 0;
+  int size = -1;
+  ASSERT_EQ(poll_until(api_.get(), req, 10, &s, &size), ncclSuccess);
+  EXPECT_EQ(static_cast<size_t>(size), total);
+  EXPECT_TRUE(std::all_of(buf.begin(), buf.begin() + 4096, [](uint8_t b) { return b == 1; }));
+  EXPECT_TRUE(std::equal(middle.begin(), middle.end(), buf.begin() + 4096));
+  EXPECT_TRUE(std::all_of(buf.begin() + 4096 + n, buf.begin() + total, [](uint8_t b) { return b == 3; }));
+  EXPECT_TRUE(std::all_of(buf.begin() + total, buf.end(), [](uint8_t b) { return b == kCanary; }));
+  // The next message on the same connection starts at segment 0 again (here: a whole message).
+  char payload[100];
+  std::memset(payload, 7, sizeof payload);
+  ASSERT_TRUE(p.send_message(zn::make_frame(zn::FrameKind::kRaw, 0, 100, 100), payload, 100, seq++));
+  ASSERT_EQ(api_->irecv(rc_, buf.data(), cap, 0, nullptr, &req), ncclSuccess);
+  ASSERT_EQ(poll_until(api_.get(), req, 10, &s, &size), ncclSuccess);
+  EXPECT_EQ(size, 100);
+}
+
+TEST_F(Garbage, SegmentOutOfSequence) {
+  RawPeer p;
+  accept_raw(&p);
+  uint64_t seq = 0;
+  ASSERT_TRUE(send_segments(&p, {raw_seg(0, false, 1000, 1), raw_seg(2, true, 1000, 2)}, &seq));
+  expect_rejected(8192);
+}
+
+TEST_F(Garbage, MissingLastSegmentThenANewMessage) {
+  RawPeer p;
+  accept_raw(&p);
+  uint64_t seq = 0;
+  ASSERT_TRUE(send_segments(&p, {raw_seg(0, false, 1000, 1), raw_seg(0, true, 1000, 2)}, &seq));
+  expect_rejected(8192);
+}
+
+TEST_F(Garbage, WholeMessageFrameInsideASegmentedMessage) {
+  RawPeer p;
+  accept_raw(&p);
+  uint64_t seq = 0;
+  ASSERT_TRUE(send_segments(&p, {raw_seg(0, false, 1000, 1)}, &seq));
+  char payload[100] = {};
+  ASSERT_TRUE(p.send_message(zn::make_frame(zn::FrameKind::kRaw, 0, 100, 100), payload, 100, seq++));
+  expect_rejected(8192);
+}
+
+TEST_F(Garbage, SegmentsAddUpToMoreThanThePostedReceive) {
+  RawPeer p;
+  accept_raw(&p);
+  uint64_t seq = 0;
+  // Each fits alone; together they overrun the 4096-byte receive: the second is refused unwritten.
+  ASSERT_TRUE(send_segments(&p, {raw_seg(0, false, 3000, 1), raw_seg(1, true, 3000, 2)}, &seq));
+  expect_rejected(4096);
+}
+
+TEST_F(Garbage, ExtraSegmentAfterTheLast) {
+  RawPeer p;
+  accept_raw(&p);
+  uint64_t seq = 0;
+  ASSERT_TRUE(send_segments(&p, {raw_seg(0, true, 1000, 1), raw_seg(1, true, 1000, 2)}, &seq));
+  std::vector<uint8_t> buf(8192);
+  void* req = nullptr;
+  ASSERT_EQ(api_->irecv(rc_, buf.data(), buf.size(), 0, nullptr, &req), ncclSuccess);
+  double s = 0;
+  int size = -1;
+  ASSERT_EQ(poll_until(api_.get(), req, 10, &s, &size), ncclSuccess);  // segment 0 alone is a message
+  EXPECT_EQ(size, 1000);
+  expect_rejected(8192);  // the stray segment 1 cannot start the next one
+}
+
+TEST_F(Garbage, EmptySegmentThatIsNotTheLast) {
+  RawPeer p;
+  accept_raw(&p);
+  uint64_t seq = 0;
+  ASSERT_TRUE(send_segments(&p, {raw_seg(0, false, 0, 1), raw_seg(1, true, 10, 2)}, &seq));
+  expect_rejected(8192);
+}
+
+TEST_F(Garbage, CodecSegmentNotSmallerThanItsData) {
+  RawPeer p;
+  accept_raw(&p);
+  uint64_t seq = 0;
+  size_t n = 0;
+  std::vector<uint8_t> f = codec_frame(12000, &n);
+  // Claims fewer bytes than its own frame: a codec segment must be smaller than the range it fills.
+  ASSERT_TRUE(send_segments(
+      &p, {raw_seg(0, false, 100, 1), SegSpec{zn::FrameKind::kCodec, 1, true, f, f.size() - 1}}, &seq));
+  expect_rejected(n + 200);
+}
+
+TEST_F(Garbage, CorruptCodecSegment) {
+  RawPeer p;
+  accept_raw(&p);
+  uint64_t seq = 0;
+  size_t n = 0;
+  std::vector<uint8_t> f = codec_frame(12000, &n);
+  f.resize(f.size() - 100);  // truncated
+  ASSERT_TRUE(
+      send_segments(&p, {raw_seg(0, false, 100, 1), SegSpec{zn::FrameKind::kCodec, 1, true, f, n}}, &seq));
+  expect_rejected(n + 100);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "src/frame.h"
 #include "src/policy.h"
 #include "src/settings.h"
@@ -103,6 +105,121 @@ TEST(Frame, ValidationRejectsEveryLie) {
   m = ok;
   m.version = 9;
   EXPECT_NE(validate_frame(m, 100, 100, 200), nullptr);
+}
+
+TEST(Frame, SegmentPlanCoversTheMessage) {
+  EXPECT_EQ(segment_count(0, 0), 1u);
+  EXPECT_EQ(segment_count(10 << 20, 0), 1u);  // off
+  EXPECT_EQ(segment_count(0, 4096), 1u);
+  EXPECT_EQ(segment_count(4096, 4096), 1u);  // not larger than a segment: whole
+  EXPECT_EQ(segment_count(4097, 4096), 2u);
+  EXPECT_EQ(segment_count(3 << 20, 1 << 20), 3u);
+  for (uint64_t size : {uint64_t{1}, uint64_t{4095}, uint64_t{4096}, uint64_t{4097}, uint64_t{65536 * 7 + 5},
+                        uint64_t{64} << 20, (uint64_t{17} << 20) + 5}) {
+    for (uint64_t seg : {uint64_t{0}, uint64_t{4096}, uint64_t{65536}, uint64_t{1} << 20}) {
+      uint64_t n = segment_count(size, seg), sum = 0;
+      for (uint64_t j = 0; j < n; ++j) {
+        uint64_t len = segment_len(size, seg, j);
+        EXPECT_GT(len, 0u) << size << " " << seg << " " << j;
+        if (j + 1 < n) {
+          EXPECT_EQ(len, seg);  // all but the last are full
+        }
+        sum += len;
+      }
+      EXPECT_EQ(sum, size) << size << " " << seg;
+    }
+  }
+  EXPECT_EQ(effective_segment_bytes(0), 0u);
+  EXPECT_EQ(effective_segment_bytes(1), 4096u);
+  EXPECT_EQ(effective_segment_bytes(65536 + 100), 65536u);
+  EXPECT_EQ(effective_segment_bytes(1 << 20), 1u << 20);
+}
+
+// Feeds headers to an Assembly of a `posted`-byte receive; returns the index of the first rejected one
+// (-1: all accepted) and the assembly.
+int feed(Assembly* a, uint64_t posted, const std::vector<FrameMeta>& ms) {
+  a->reset(posted);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    if (a->accept(ms[i], ms[i].wire_len)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+TEST(Frame, AssemblyAcceptsSegmentsInOrder) {
+  Assembly a;
+  EXPECT_EQ(feed(&a, 10000,
+                 {make_segment(FrameKind::kRaw, 0, 0, false, 4096, 4096),
+                  make_segment(FrameKind::kCodec, 0, 1, false, 4096, 1000),
+                  make_segment(FrameKind::kRaw, 0, 2, true, 100, 100)}),
+            -1);
+  EXPECT_TRUE(a.complete);
+  EXPECT_TRUE(a.segmented);
+  EXPECT_EQ(a.offset, 8292u);
+  EXPECT_EQ(a.next, 3u);
+  // A whole message (version 1) completes at once; so does a lone last segment.
+  EXPECT_EQ(feed(&a, 100, {make_frame(FrameKind::kRaw, 0, 100, 100)}), -1);
+  EXPECT_TRUE(a.complete);
+  EXPECT_FALSE(a.segmented);
+  EXPECT_EQ(feed(&a, 100, {make_segment(FrameKind::kRaw, 0, 0, true, 0, 0)}), -1);
+  EXPECT_TRUE(a.complete);
+  // Exactly filling the receive is fine.
+  EXPECT_EQ(feed(&a, 200,
+                 {make_segment(FrameKind::kRaw, 0, 0, false, 100, 100),
+                  make_segment(FrameKind::kRaw, 0, 1, true, 100, 100)}),
+            -1);
+}
+
+TEST(Frame, AssemblyRejectsGarbledShortAndOverlongSequences) {
+  Assembly a;
+  auto raw = [](uint32_t i, bool last, uint64_t n) {
+    return make_segment(FrameKind::kRaw, 0, i, last, n, n);
+  };
+  EXPECT_EQ(feed(&a, 10000, {raw(0, false, 100), raw(2, true, 100)}), 1);  // skipped index
+  EXPECT_EQ(feed(&a, 10000, {raw(1, true, 100)}), 0);                      // does not start at 0
+  EXPECT_EQ(feed(&a, 10000, {raw(0, false, 100), raw(0, true, 100)}), 1);  // missing last, new message
+  EXPECT_EQ(feed(&a, 10000, {raw(0, true, 100), raw(1, true, 100)}), 1);   // extra after the last
+  EXPECT_EQ(feed(&a, 150, {raw(0, false, 100), raw(1, true, 100)}), 1);    // cumulative overrun
+  EXPECT_EQ(feed(&a, 10000, {raw(0, false, 0), raw(1, true, 10)}), 0);     // empty, not last
+  EXPECT_EQ(feed(&a, 10000, {raw(0, false, 100), make_frame(FrameKind::kRaw, 0, 100, 100)}), 1);  // v1 inside
+  FrameMeta m = raw(0, true, 100);
+  m.wire_len = 99;
+  EXPECT_EQ(feed(&a, 10000, {m}), 0);  // raw with wire != size
+  EXPECT_EQ(feed(&a, 10000, {make_segment(FrameKind::kCodec, 0, 0, true, 100, 100)}), 0);  // not smaller
+  m = raw(0, true, 100);
+  m.flags = 6;
+  EXPECT_EQ(feed(&a, 10000, {m}), 0);  // unknown flags
+  m = raw(0, true, 100);
+  m.version = 3;
+  EXPECT_EQ(feed(&a, 10000, {m}), 0);
+  m = raw(0, true, 100);
+  m.kind = 5;
+  EXPECT_EQ(feed(&a, 10000, {m}), 0);
+  // The transport's length must agree with the header.
+  a.reset(10000);
+  EXPECT_NE(a.accept(raw(0, true, 100), 101), nullptr);
+  // A version 1 frame with segment fields set is not a whole message.
+  m = make_frame(FrameKind::kRaw, 0, 100, 100);
+  m.segment = 1;
+  EXPECT_EQ(feed(&a, 10000, {m}), 0);
+}
+
+TEST(Frame, PreviousBuildsRejectSegmentHeaders) {
+  // The check a receiver of the previous build applies (frame.h before segments: version must be 1,
+  // the rest of its validation never looks at the fields segments use): every segment header fails it,
+  // so an old receiver errors out ("unsupported frame version") instead of taking segment 0 for the
+  // whole message. Whole-message headers stay version 1 and byte-identical (no segment fields set).
+  auto old_receiver_accepts = [](const FrameMeta& m) { return m.magic == kFrameMagic && m.version == 1; };
+  for (uint32_t i : {0u, 1u, 7u}) {
+    EXPECT_FALSE(old_receiver_accepts(make_segment(FrameKind::kRaw, 0, i, false, 10, 10)));
+    EXPECT_FALSE(old_receiver_accepts(make_segment(FrameKind::kCodec, 0, i, true, 10, 5)));
+  }
+  FrameMeta whole = make_frame(FrameKind::kCodec, 3, 100, 60);
+  EXPECT_TRUE(old_receiver_accepts(whole));
+  unsigned char bytes[sizeof whole];
+  std::memcpy(bytes, &whole, sizeof whole);
+  EXPECT_EQ(bytes[6], 0);  // the former "reserved" fields stay zero in a whole-message header
+  EXPECT_EQ(bytes[7], 0);
+  EXPECT_EQ(bytes[12] | bytes[13] | bytes[14] | bytes[15], 0);
 }
 
 TEST(Policy, CompressesOnSlowLinksOnly) {
