@@ -87,6 +87,10 @@ step nccl-check 150 "${gdr[@]}" "$build/tools/zipccl" nccl-check --np 2 --iters 
   --plugin "$plugin" --nccl "$nccl_lib"
 step nccl-check-100-iters 60 "${gdr[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 "$build/tools/zipccl" nccl-check --np 3 \
   --iters 100 --bytes 1M --types bf16 --colls allreduce --plugin "$plugin" --nccl "$nccl_lib"
+# Segments under real NCCL: its Simple steps (buffer/8, 512 KiB by default) stay below the 1 MiB
+# default, so 64 KiB segments make every large step travel as several frames (D2H on the copy stream).
+step nccl-check-segments 90 "${gdr[@]}" ZIPCCL_SEGMENT_BYTES=64KiB "$build/tools/zipccl" nccl-check --np 2 \
+  --iters 5 --bytes 4M --types bf16,fp32 --colls allreduce,alltoall --plugin "$plugin" --nccl "$nccl_lib"
 # The GPU path was used: CUDA device operations on, NCCL_PTR_CUDA taken (GDRDMA channels), and frames
 # encoded on the device (the plugin's per-comm INFO line at close).
 on=$(cat "$logs"/*.log 2>/dev/null | grep -c "GPU path: CUDA")
