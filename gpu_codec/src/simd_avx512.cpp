@@ -49,7 +49,7 @@ inline void prefetch_read(Ahead& a) {
   if (a.p < a.end) _mm_prefetch(reinterpret_cast<const char*>(a.p), _MM_HINT_T0), a.p += 64;
 }
 inline void prefetch_write(Ahead& a) {
-  if (a.w < a.wend) _m_prefetchw(a.w), a.w += 64;
+  if (a.w < a.wend) __builtin_prefetch(a.w, 1, 3), a.w += 64;  // PREFETCHW (-mprfchw)
 }
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline void store512(void* p, __m512i v) { _mm512_storeu_si512(p, v); }

@@ -185,6 +185,38 @@ TEST(RoundTrip, LargeFramesDecodeWithStreamingStores) {
   }
 }
 
+// Large encodes (the coders prefetching the next block's input and their output lines, kernels.h
+// Ahead) give the scalar set's frame, at odd and aligned frame addresses, one thread and two, bf16
+// (one RAW plane a block) and fp32 (three).
+TEST(RoundTrip, LargeFramesEncodeAsTheScalarSet) {
+  const size_t bf16_count = (size_t(32) << 20) / 2 + 5;
+  const std::vector<std::pair<std::vector<uint8_t>, ElemType>> inputs = {
+      {testing::gaussian_bf16(bf16_count, 1.0, 22), ElemType::kBf16},
+      {testing::gaussian_fp32(bf16_count / 2, 1.0, 23, false), ElemType::kFp32}};
+  for (const auto& [in, type] : inputs) {
+    EncodeOptions ref;
+    ref.type = type;
+    ref.force_scalar = true;
+    std::vector<uint8_t> want(max_encoded_size(in.size()));
+    size_t want_n = 0;
+    ASSERT_EQ(encode(in.data(), in.size(), want.data(), want.size(), &want_n, ref), Status::kOk);
+    want.resize(want_n);
+    std::vector<uint8_t> frame(max_encoded_size(in.size()) + 128);
+    for (size_t off : {size_t(0), size_t(1), size_t(3)}) {
+      for (int threads : {1, 2}) {
+        uint8_t* dst = frame.data() + (64 - (reinterpret_cast<uintptr_t>(frame.data()) & 63)) % 64 + off;
+        EncodeOptions eo;
+        eo.type = type;
+        eo.threads = threads;
+        size_t n = 0;
+        ASSERT_EQ(encode(in.data(), in.size(), dst, max_encoded_size(in.size()), &n, eo), Status::kOk);
+        ASSERT_EQ(n, want.size()) << "offset " << off << " threads " << threads;
+        ASSERT_EQ(std::memcmp(dst, want.data(), n), 0) << "offset " << off << " threads " << threads;
+      }
+    }
+  }
+}
+
 TEST(Frame, SmallCapacityFallsBackOrFails) {
   auto in = gaussian_bf16(10000, 1.0, 17);
   std::vector<uint8_t> frame(in.size() + 24);
