@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -14,6 +15,17 @@ inline uint16_t float_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return uint16_t(u >> 16);  // truncation: any bf16 pattern is as good as another for the codec
+}
+
+inline uint16_t float_to_fp16(float f) {  // normal range, overflow to Inf, underflow to +-0
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  if ((u & 0x7F800000u) == 0x7F800000u) return uint16_t(sign | 0x7C00u | ((u & 0x7FFFFFu) ? 0x200u : 0));
+  const int e = int((u >> 23) & 0xFF) - 127 + 15;
+  if (e <= 0) return uint16_t(sign);
+  if (e >= 31) return uint16_t(sign | 0x7C00u);
+  return uint16_t(sign | (uint32_t(e) << 10) | ((u >> 13) & 0x3FFu));
 }
 
 inline std::vector<uint8_t> bytes_of(const void* p, size_t n) {
@@ -45,21 +57,7 @@ inline std::vector<uint8_t> gaussian_fp16(size_t count, double sigma, uint32_t s
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> d(0.0f, float(sigma));
   std::vector<uint16_t> v(count);
-  for (auto& x : v) {
-    // fp16 by rounding the float's exponent/mantissa (normal range only; enough for tests).
-    float f = d(rng);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    int e = int((u >> 23) & 0xFF) - 127 + 15;
-    if (e <= 0) {
-      x = uint16_t(sign);
-    } else if (e >= 31) {
-      x = uint16_t(sign | 0x7C00u);
-    } else {
-      x = uint16_t(sign | (uint32_t(e) << 10) | ((u >> 13) & 0x3FFu));
-    }
-  }
+  for (auto& x : v) x = float_to_fp16(d(rng));  // normal range only: enough for tests
   return bytes_of(v.data(), 2 * count);
 }
 
@@ -97,6 +95,73 @@ inline std::vector<uint8_t> special_bf16(size_t count, uint32_t seed) {
     x = (rng() % 3 == 0) ? specials[rng() % (sizeof(specials) / 2)] : float_to_bf16(d(rng));
   }
   return bytes_of(v.data(), 2 * count);
+}
+
+// A message of random shape, for properties that must hold on any input (frames equal across
+// kernel sets and between the CPU and GPU encoders): element kind (0 bf16, 1 fp16, 2 fp32), length
+// log-uniform over 1..40000 elements (plus a stray tail byte now and then), scale log-uniform over
+// 1e-6..1e3, Gaussian, heavy-tailed or changing scale at a random point, fp32 with zero low halves
+// now and then, and a few lone outliers (huge, tiny, denormal, NaN with a payload, Inf, -0) at
+// random places, the last element often among them: the rare values a sampled screen can miss.
+struct Shape {
+  std::vector<uint8_t> bytes;
+  int kind;  // 0 bf16, 1 fp16, 2 fp32
+};
+inline Shape random_shape(uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  Shape s;
+  s.kind = int(rng() % 3);
+  // A third of the lengths sit just below a multiple of 512 elements: the AVX-512 sample screen's
+  // step, where its last samples are gathered one by one.
+  const size_t count = rng() % 3 == 0 ? 512 * (1 + rng() % 78) - (1 + rng() % 8)
+                                      : size_t(std::exp(u01(rng) * std::log(40000.0))) + (rng() % 2);
+  const double sigma = std::pow(10.0, -6.0 + 9.0 * u01(rng));
+  const int dist = int(rng() % 3);
+  const size_t change_at = count ? size_t(rng() % count) : 0;
+  const double change = std::pow(10.0, -2.0 + 4.0 * u01(rng));
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) {
+    double x = g(rng) * sigma;
+    if (dist == 1) x /= std::sqrt(0.01 + u01(rng));  // heavier tails
+    if (dist == 2 && i >= change_at) x *= change;
+    v[i] = float(x);
+  }
+  const float outliers[] = {1e30f,
+                            -3e-30f,
+                            1e-40f,
+                            std::numeric_limits<float>::infinity(),
+                            -0.0f,
+                            float(sigma * 1e5),
+                            float(-sigma * 1e-5),
+                            float(sigma * 300)};
+  constexpr size_t kOutliers = sizeof(outliers) / sizeof(float);
+  const int k = count ? int(rng() % 4) : 0;
+  for (int j = 0; j < k; ++j) v[rng() % count] = outliers[rng() % kOutliers];
+  // Often one at the last element, or at the last one a stride-8 sample sees.
+  if (count && rng() % 2) v[rng() % 2 ? count - 1 : (count - 1) / 8 * 8] = outliers[rng() % kOutliers];
+  const bool zero_low16 = s.kind == 2 && rng() % 3 == 0;
+  const bool nan = count && rng() % 4 == 0;
+  const size_t nan_at = count ? size_t(rng() % count) : 0;
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t w;
+    std::memcpy(&w, &v[i], 4);
+    if (nan && i == nan_at) w = 0x7FC00000u | uint32_t(0x12345u << 2);  // a payload survives in bf16 too
+    if (s.kind == 2) {
+      if (zero_low16) w &= 0xFFFF0000u;
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&w);
+      s.bytes.insert(s.bytes.end(), b, b + 4);
+    } else {
+      float f;
+      std::memcpy(&f, &w, 4);
+      const uint16_t h = s.kind == 0 ? uint16_t(w >> 16) : float_to_fp16(f);
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&h);
+      s.bytes.insert(s.bytes.end(), b, b + 2);
+    }
+  }
+  if (rng() % 4 == 0) s.bytes.push_back(uint8_t(rng()));
+  return s;
 }
 
 }  // namespace testing

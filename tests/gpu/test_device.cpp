@@ -161,6 +161,32 @@ TEST(Device, FramesMatchCpuAndRoundTrip) {
   }
 }
 
+// Random shapes (test_data.h random_shape), 16 messages a launch: frames equal to the CPU's and
+// decoding back, as in the emulated test of the same name.
+TEST(Device, FramesMatchCpuOnRandomShapes) {
+  REQUIRE_DEVICE();
+  const ElemType types[] = {ElemType::kBf16, ElemType::kFp16, ElemType::kFp32};
+  for (uint32_t batch = 0; batch < 10; ++batch) {
+    const int bl = 10 + int(batch % 5);
+    std::vector<EmuInput> in;
+    std::vector<size_t> cap;
+    for (uint32_t i = 0; i < 16; ++i) {
+      Shape sh = random_shape(9000 + 16 * batch + i);
+      cap.push_back(sh.bytes.size());
+      in.push_back({std::move(sh.bytes), types[sh.kind]});
+    }
+    const auto gpu = gpu_encode(in, bl);
+    for (size_t i = 0; i < in.size(); ++i) {
+      ASSERT_TRUE(gpu[i] == cpu_encode(in[i].bytes, in[i].type, bl)) << "batch " << batch << " message " << i;
+    }
+    const auto back = gpu_decode(gpu, cap);
+    for (size_t i = 0; i < in.size(); ++i) {
+      ASSERT_EQ(back[i].status, 0);
+      ASSERT_TRUE(back[i].bytes == in[i].bytes) << "batch " << batch << " message " << i;
+    }
+  }
+}
+
 // Small enough for compute-sanitizer: every type, fallback and block size, encode and decode.
 TEST(Device, SmallCorpusForSanitizers) {
   REQUIRE_DEVICE();
