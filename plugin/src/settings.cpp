@@ -49,7 +49,7 @@ std::vector<Entry> registry(Settings* s) {
        "half the cores, 1..4"},
       {"ZIPCCL_SEGMENT_BYTES", Kind::kBytes,
        "messages larger than this go as several frames so encode, copy and transmit overlap (0: off; 4KiB "
-       "multiples)",
+       "multiples; TCP only)",
        &s->segment_bytes, 0, 1L << 30},
       {"ZIPCCL_MAX_REQUESTS", Kind::kInt, "requests in flight per comm", &s->max_requests, 32, 4096},
       {"ZIPCCL_STATS_FILE", Kind::kString, "append per-connection statistics as JSON lines", &s->stats_file,
