@@ -128,7 +128,7 @@ class SendComm {
     int op;
   };
   ncclResult_t progress();
-  void finish_encode(Req* r, Seg* g);
+  void finish_encode(Seg* g);
   void start_sample(Req* r, codec::ElemType type);
   void finish_sample();
   ncclResult_t start_device(Req* r, bool compress);
@@ -137,7 +137,7 @@ class SendComm {
 
   std::unique_ptr<SendConn> conn_;
   std::unique_ptr<gpu::Channel> gpu_;  // created at the first device message
-  uint64_t gpu_messages_ = 0, gpu_encoded_ = 0;
+  uint64_t gpu_messages_ = 0;   // device messages started (the close line; stats_ counts completed ones)
   uint64_t segment_bytes_ = 0;  // 0: messages go whole on this connection
   std::vector<Req> reqs_;
   std::vector<int> free_;
@@ -222,7 +222,7 @@ class RecvComm {
 
   std::unique_ptr<RecvConn> conn_;
   std::unique_ptr<gpu::Channel> gpu_;
-  uint64_t gpu_messages_ = 0, gpu_decoded_ = 0;
+  uint64_t gpu_messages_ = 0;  // device receives posted (the close line; stats_ counts completed ones)
   std::vector<Req> reqs_;
   std::vector<int> free_;
   std::deque<int> unmatched_;

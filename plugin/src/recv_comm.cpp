@@ -47,7 +47,7 @@ RecvComm::~RecvComm() {
   gpu_.reset();   // waits for this comm's stream (copies, decodes into NCCL's buffers)
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET, "GPU path (recv): %llu device messages, %llu decoded on the device",
-                (unsigned long long)gpu_messages_, (unsigned long long)gpu_decoded_);
+                (unsigned long long)gpu_messages_, (unsigned long long)stats_.device_codec);
   }
   header.magic = kDeadMagic;
   for (Req& r : reqs_) r.h.magic = kDeadMagic;
@@ -311,7 +311,6 @@ ncclResult_t RecvComm::finish_device_landing(Req* r, bool* done) {
       return ncclSystemError;
     }
   }
-  if (r->any_codec) ++gpu_decoded_;
   return ncclSuccess;
 }
 

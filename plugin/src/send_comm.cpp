@@ -96,7 +96,7 @@ SendComm::~SendComm() {
   gpu_.reset();   // waits for this comm's streams, then frees its device and pinned buffers
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET, "GPU path (send): %llu device messages, %llu sent as device-encoded frames",
-                (unsigned long long)gpu_messages_, (unsigned long long)gpu_encoded_);
+                (unsigned long long)gpu_messages_, (unsigned long long)stats_.device_codec);
   }
   header.magic = kDeadMagic;
   for (Req& r : reqs_) r.h.magic = kDeadMagic;
@@ -344,7 +344,7 @@ ncclResult_t SendComm::progress_device() {
   return ncclSuccess;
 }
 
-void SendComm::finish_encode(Req* r, Seg* g) {
+void SendComm::finish_encode(Seg* g) {
   stats_.codec_ns += g->job.ns;
   if (g->job.status != codec::Status::kOk) {
     ZIPCCL_WARN("encode of %zu bytes failed (%s); sending raw", g->len, codec::status_string(g->job.status));
@@ -355,7 +355,6 @@ void SendComm::finish_encode(Req* r, Seg* g) {
       g->wire = g->job.out;
     }  // else the original bytes go, not the staging copy
   }
-  (void)r;
   g->state = SegState::kReady;
 }
 
@@ -400,7 +399,7 @@ ncclResult_t SendComm::progress() {
           blocked = true;
           break;
         }
-        finish_encode(r, g);
+        finish_encode(g);
       }
       if (g->state != SegState::kReady) {  // a device segment still on the GPU
         blocked = true;
@@ -470,10 +469,7 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
     }
     if (r->device) {
       ++stats_.device_messages;
-      if (r->any_codec) {
-        ++stats_.device_codec;
-        ++gpu_encoded_;
-      }
+      if (r->any_codec) ++stats_.device_codec;
     }
     *done = 1;
     if (size) *size = r->size;
