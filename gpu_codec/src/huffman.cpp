@@ -116,32 +116,43 @@ void build_pair_table(const uint8_t* lens, uint32_t lo, uint32_t nsym, PairEntry
 
 // The register tables (huffman.h): canonical windows in order, each code over 2^(11 - l) of them.
 bool build_reg_tables(const uint8_t* lens, uint32_t lo, uint32_t nsym, RegTables* t) {
-  constexpr uint32_t kL = fmt::kMaxCodeLen, kLong = fmt::kTableSize - 128;
+  constexpr uint32_t kL = fmt::kMaxCodeLen;
   uint32_t count[kL + 1] = {0}, first[kL + 2];
   for (uint32_t i = 0; i < nsym; ++i) count[lens[i]]++;
   first[1] = 0;
   for (uint32_t l = 1; l <= kL; ++l) first[l + 1] = first[l] + (count[l] << (kL - l));
-  std::memset(t, 0, sizeof(*t));  // prefixes of long codes have no short entry: defined anyway
-  bool ok = true;
+  // Codes longer than b bits come last in canonical order, from window first[b + 1] on: the
+  // smallest b whose long codes all lie in the last 2^b windows.
+  uint32_t b = 6;
+  while (b <= 7 && first[b + 1] < fmt::kTableSize - (1u << b)) ++b;
+  if (b > 7) return false;
+  const uint32_t S = 1u << b, kLong = fmt::kTableSize - S, shift = kL - b;
+  // Every entry the decoders use is written below (a complete code covers every window); the short
+  // entries of the long prefixes are looked up and discarded, so they are only made defined.
+  std::memset(t->len + (kLong >> shift), 0, S - (kLong >> shift));
+  std::memset(t->sym + (kLong >> shift), 0, S - (kLong >> shift));
+  t->short_bits = b;
+  // Runs are 1 to 64 entries: byte loops, not a library call each.
+  auto fill = [](uint8_t* p, uint32_t n, uint8_t v) {
+    for (uint32_t k = 0; k < n; ++k) p[k] = v;
+  };
   for (uint32_t i = 0; i < nsym; ++i) {
     const uint32_t l = lens[i];
     if (!l) continue;
     const uint32_t start = first[l], end = start + (1u << (kL - l));
     first[l] = end;
     const uint8_t s = uint8_t(lo + i);
-    if (l <= 7) {
-      std::memset(t->len + (start >> 4), int(l), (end - start) >> 4);
-      std::memset(t->sym + (start >> 4), s, (end - start) >> 4);
-    } else if (start < kLong) {
-      ok = false;
+    if (l <= b) {
+      fill(t->len + (start >> shift), (end - start) >> shift, uint8_t(l));
+      fill(t->sym + (start >> shift), (end - start) >> shift, s);
     }
     if (end > kLong) {
       const uint32_t a = start > kLong ? start - kLong : 0;
-      std::memset(t->len + 128 + a, int(l), end - kLong - a);
-      std::memset(t->sym + 128 + a, s, end - kLong - a);
+      fill(t->len + S + a, end - kLong - a, uint8_t(l));
+      fill(t->sym + S + a, end - kLong - a, s);
     }
   }
-  return ok;
+  return true;
 }
 
 }  // namespace
@@ -163,9 +174,11 @@ size_t read_huff_desc(const uint8_t* in, size_t avail, uint32_t* lo, uint32_t* n
   if ((*nsym & 1) && lens[*nsym] != 0) return 0;
   if (!fmt::code_is_valid(lens, *nsym)) return 0;
   table->reg_ok = kind == TableKind::kReg && build_reg_tables(lens, *lo, *nsym, &table->reg);
-  if (!table->reg_ok) build_pair_table(lens, *lo, *nsym, table->pair);
-  std::memset(table->len_of, 0, sizeof(table->len_of));
-  for (uint32_t i = 0; i < *nsym; ++i) table->len_of[*lo + i] = lens[i];
+  if (!table->reg_ok) {
+    build_pair_table(lens, *lo, *nsym, table->pair);
+    // The pair decoder reads the lengths of the symbols it decoded, all in [lo, lo + nsym).
+    for (uint32_t i = 0; i < *nsym; ++i) table->len_of[*lo + i] = lens[i];
+  }
   return bytes;
 }
 

@@ -34,18 +34,22 @@ struct PairEntry {
   uint8_t sym[2];
 };
 // Register tables (kernel sets with byte permutes: AVX-512 VBMI), 512 bytes in all, built in place
-// of the pair table when asked for: entry i < 128 is the code starting with 7-bit prefix i (valid
-// for prefixes below 120 when `reg_ok`), entry 128 + j the code of 11-bit window 1920 + j, so a
-// window w decodes as entry[w >= 1920 ? 128 + (w & 127) : w >> 4]. reg_ok (every window below 1920
-// starts a code of at most 7 bits) holds for almost every exponent plane; when it does not, the
-// pair table is built as well and the kernels use it.
+// of the pair table when asked for. With b = short_bits (6 or 7) and S = 2^b: entry i < S is the code
+// starting with b-bit prefix i, entry S + j the code of 11-bit window 2048 - S + j, so a window w
+// decodes as entry[w >= 2048 - S ? S + (w & (S - 1)) : w >> (11 - b)]. That needs every window
+// below 2048 - S to start a code of at most b bits (reg_ok). b = 6 whenever the code allows it (codes
+// longer than 6 bits weigh at most 1/32: every exponent plane of the benchmark sets and the sample
+// tensors), so that each table is 64 bytes, one single-register permute (vpermb: 1 uop, 3 cycles,
+// against 2 uops and 5 for the two-register vpermt2b); else b = 7 (fp16's flatter high bytes, now and
+// then). When neither fits, the pair table is built as well and the kernels use it.
 struct RegTables {
   alignas(64) uint8_t len[256];
   alignas(64) uint8_t sym[256];
+  uint32_t short_bits = 7;
 };
 struct DecodeTable {
   alignas(64) PairEntry pair[fmt::kTableSize];
-  uint8_t len_of[256];  // code length by symbol (for decoding a lane's last symbols one by one)
+  uint8_t len_of[256];  // code length by symbol, [lo, lo + nsym) (pair tables only: a lane's last symbols)
   RegTables reg;
   bool reg_ok = false;
 };

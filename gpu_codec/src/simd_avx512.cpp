@@ -6,8 +6,9 @@
 // - decode: each lane's next 16 stream bytes come in with gathers (8 x 64-bit each), byte-swapped
 //   into 32-bit words; eight codes, or more while every lane has 44 bits left, are then decoded
 //   from that window, four at a time from a (hi, lo) pair of words, with in-register byte permutes
-//   of the 512-byte register tables (huffman.h: a 7-bit prefix table for codes of up to 7 bits,
-//   and the last 128 11-bit windows), no table gather. The four symbols of each lane form one 32-bit word; 16
+//   of the register tables (huffman.h: a 6-bit prefix table for codes of up to 6 bits and the last
+//   64 11-bit windows, one register each; else 7 bits and 128 windows, two registers each), no
+//   table gather. The four symbols of each lane form one 32-bit word; 16
 //   such rows are transposed into the lanes' output runs with register shuffles. Two groups of 16 lanes (a
 //   block's 32 lanes) are interleaved, each lane being one dependency chain. Lanes the vector loop cannot
 //   take (a block's last, shorter lanes, streams ending within 16 bytes of the readable end) are decoded one
@@ -247,14 +248,14 @@ inline void transpose16_store(const uint32_t* src, uint8_t* dst, size_t stride) 
   }
 }
 
-constexpr uint32_t kLongWindow = kTableSize - 128;  // first window of the long table
-
-// One symbol with the register tables from bit `pos` of `base`; loads start at most at `limit`.
-inline uint32_t reg_entry(const uint8_t* base, uint64_t pos, const uint8_t* limit) {
+// One symbol's register-table entry (huffman.h) from bit `pos` of `base`; loads start at most at
+// `limit`.
+inline uint32_t reg_entry(const uint8_t* base, uint64_t pos, const uint8_t* limit, uint32_t short_bits) {
   const size_t off = size_t(pos >> 3);
   const uint8_t* a = off <= size_t(limit - base) ? base + off : limit;
   const uint32_t v = uint32_t((lanes_be64(a) << (pos & 7)) >> (64 - kMaxCodeLen));
-  return v >= kLongWindow ? 128 + (v & 127) : v >> 4;
+  const uint32_t S = 1u << short_bits;
+  return v >= kTableSize - S ? S + (v & (S - 1)) : v >> (kMaxCodeLen - short_bits);
 }
 
 // Decodes n symbols of a lane (bytes at `lane`) from bit `pos`; returns the end position. Loads
@@ -271,7 +272,7 @@ uint64_t lane_tail(const uint8_t* lane, uint32_t bytes, uint64_t pos, uint32_t n
     base = pad, limit = pad + bytes + 8;
   }
   for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t e = reg_entry(base, pos, limit);
+    const uint32_t e = reg_entry(base, pos, limit, t.short_bits);
     o[i] = t.sym[e];
     pos += t.len[e];
   }
@@ -280,13 +281,23 @@ uint64_t lane_tail(const uint8_t* lane, uint32_t bytes, uint64_t pos, uint32_t n
 
 // The register tables in zmm registers, and the decode of one quad: four symbols per lane from a
 // left-aligned window (hi, lo) of at least 51 valid bits. acc: the four symbols, first in the top
-// byte; returns the bits used. Register table entry i < 128 is found with index byte i, entry
-// 128 + j with 128 + j: bit 7 picks the table pair.
-struct RegDecoder {
+// byte; returns the bits used. Each symbol's length is on the loop's critical path (window -> length
+// -> shifted window); its symbol waits: its table index joins those of the other three, and one
+// lookup serves the four.
+//
+// 7-bit tables (short_bits 7): entry i < 128 is found with index byte i, entry 128 + j with 128 + j
+// (bit 7 picks the table pair), each table two registers (vpermt2b).
+struct RegDecoder7 {
   __m512i ls0, ls1, ll0, ll1, ss0, ss1, sl0, sl1, c120;
-  explicit RegDecoder(const RegTables& t)
-      : ls0(load512(t.len)), ls1(load512(t.len + 64)), ll0(load512(t.len + 128)), ll1(load512(t.len + 192)),
-        ss0(load512(t.sym)), ss1(load512(t.sym + 64)), sl0(load512(t.sym + 128)), sl1(load512(t.sym + 192)),
+  explicit RegDecoder7(const RegTables& t)
+      : ls0(load512(t.len)),
+        ls1(load512(t.len + 64)),
+        ll0(load512(t.len + 128)),
+        ll1(load512(t.len + 192)),
+        ss0(load512(t.sym)),
+        ss1(load512(t.sym + 64)),
+        sl0(load512(t.sym + 128)),
+        sl1(load512(t.sym + 192)),
         c120(_mm512_set1_epi8(120)) {}
   inline __m512i quad(__m512i hi, __m512i lo, __m512i* acc_out) const {
     const __mmask64 byte0 = 0x1111111111111111ull;
@@ -295,12 +306,10 @@ struct RegDecoder {
     for (int j = 0; j < 4; ++j) {
       const __m512i is = _mm512_srli_epi32(hi, 25), il = _mm512_srli_epi32(hi, 21);
       const __mmask64 kl = _mm512_cmpge_epu8_mask(is, c120);
-      // The length is on the loop's critical path: both lookups under the constant mask, then
-      // one blend (the compare runs alongside the permutes).
+      // Both lookups under the constant mask, then one blend (the compare runs alongside).
       const __m512i len = _mm512_mask_blend_epi8(kl, _mm512_maskz_permutex2var_epi8(byte0, ls0, is, ls1),
                                                  _mm512_maskz_permutex2var_epi8(byte0, ll0, il, ll1));
-      // The symbol waits: its table index (is, or il, whose bit 7 is set exactly when kl) joins
-      // those of the other three, and one lookup per table serves the four.
+      // The index is `is`, or `il`, whose bit 7 is set exactly when kl.
       idx = _mm512_or_si512(_mm512_slli_epi32(idx, 8), _mm512_mask_blend_epi8(kl, is, il));
       used = _mm512_add_epi32(used, len);
       if (j < 3) {
@@ -314,15 +323,52 @@ struct RegDecoder {
   }
 };
 
+// 6-bit tables (short_bits 6): the 64 short and the 64 long lengths one register each, so a length
+// is one vpermb on the 6-bit prefix and one on the window's low 6 bits (vpermb reads an index
+// byte's low 6 bits), and a blend: 6 cycles from window to window instead of 10 (maskz vpermt2b
+// takes 7 here), 12 uops a step instead of 14. The symbol tables (64 + 64) are one vpermt2b pair:
+// index bit 6 is set exactly for the long windows (>= 1984). The length's bytes 1-3 hold len[0]
+// (the prefix's zero bytes looked up): the shifts take their count mod 32 (vpshldvd, also for lo),
+// where that is 0, and `used` is masked to its low byte.
+struct RegDecoder6 {
+  __m512i ls, ll, s0, s1, c62, low8;
+  explicit RegDecoder6(const RegTables& t)
+      : ls(load512(t.len)),
+        ll(load512(t.len + 64)),
+        s0(load512(t.sym)),
+        s1(load512(t.sym + 64)),
+        c62(_mm512_set1_epi8(62)),
+        low8(_mm512_set1_epi32(0xFF)) {}
+  inline __m512i quad(__m512i hi, __m512i lo, __m512i* acc_out) const {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i idx = zero, used = zero;
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512i is = _mm512_srli_epi32(hi, 26), il = _mm512_srli_epi32(hi, 21);
+      const __mmask64 kl = _mm512_cmpge_epu8_mask(is, c62);
+      const __m512i len =
+          _mm512_mask_blend_epi8(kl, _mm512_permutexvar_epi8(is, ls), _mm512_permutexvar_epi8(il, ll));
+      idx = _mm512_or_si512(_mm512_slli_epi32(idx, 8), _mm512_mask_blend_epi8(kl, is, il));
+      used = _mm512_add_epi32(used, len);
+      if (j < 3) {
+        hi = _mm512_shldv_epi32(hi, lo, len);
+        lo = _mm512_shldv_epi32(lo, zero, len);
+      }
+    }
+    *acc_out = _mm512_permutex2var_epi8(s0, idx, s1);
+    return _mm512_and_si512(used, low8);
+  }
+};
+
 // G groups of 16 lanes (lane k of group g starts at byte start[16g + k] of `in`), `quads` x 4
 // symbols each, written to out + (16g + k) * per. Each pair of quads decodes from one 16-byte
 // window per lane (two gathers of 8 x 8 bytes), so only every eighth symbol waits for a gather.
 // Window loads are clamped to start at byte `lim` at most (only a lane that already ran past its
 // end gets there). pos_out: each lane's end bit, from `in`.
-template <int G>
+template <int G, class Decoder>
 void decode_groups(const uint8_t* in, const uint32_t* start, uint32_t quads, const RegTables& t, uint8_t* out,
                    uint32_t per, uint32_t lim, uint32_t* pos_out, Ahead& ahead) {
-  const RegDecoder dec(t);
+  const Decoder dec(t);
   const __m512i seven = _mm512_set1_epi32(7), c31 = _mm512_set1_epi32(31), vlim = _mm512_set1_epi32(int(lim));
   const __m512i bswap64 = _mm512_set4_epi32(0x08090A0B, 0x0C0D0E0F, 0x00010203, 0x04050607);
   const __m512i bswap32 = _mm512_set4_epi32(0x0C0D0E0F, 0x08090A0B, 0x04050607, 0x00010203);
@@ -451,13 +497,18 @@ bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const
   auto group_ok = [&](int k0, int n) {
     return quads && lane_count(m, per, k0 + n - 1) == per && size_t(start[k0 + n]) + 16 <= avail;
   };
-  for (; vec + 32 <= lanes && group_ok(vec, 32); vec += 32) {
-    decode_groups<2>(in, start + vec, quads, t.reg, out + size_t(vec) * per, per, uint32_t(avail - 16),
-                     pos + vec, ahead);
-  }
-  for (; vec + 16 <= lanes && group_ok(vec, 16); vec += 16) {
-    decode_groups<1>(in, start + vec, quads, t.reg, out + size_t(vec) * per, per, uint32_t(avail - 16),
-                     pos + vec, ahead);
+  auto run = [&](auto g1, auto g2) {
+    for (; vec + 32 <= lanes && group_ok(vec, 32); vec += 32) {
+      g2(in, start + vec, quads, t.reg, out + size_t(vec) * per, per, uint32_t(avail - 16), pos + vec, ahead);
+    }
+    for (; vec + 16 <= lanes && group_ok(vec, 16); vec += 16) {
+      g1(in, start + vec, quads, t.reg, out + size_t(vec) * per, per, uint32_t(avail - 16), pos + vec, ahead);
+    }
+  };
+  if (t.reg.short_bits == 6) {
+    run(decode_groups<1, RegDecoder6>, decode_groups<2, RegDecoder6>);
+  } else {
+    run(decode_groups<1, RegDecoder7>, decode_groups<2, RegDecoder7>);
   }
   for (int k = 0; k < lanes; ++k) {
     const uint32_t cnt = lane_count(m, per, k);

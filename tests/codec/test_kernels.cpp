@@ -338,7 +338,7 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
   if (variants().empty()) GTEST_SKIP() << "no SIMD kernels on this CPU/build";
   std::mt19937 rng(11);
   const uint32_t sizes[] = {2, 3, 4, 31, 32, 33, 127, 128, 129, 1000, 384, 4095, 4096, 8191, 8192, 8193, 16383, 16384};
-  int cases = 0, reg_tables = 0;
+  int cases = 0, reg_tables = 0, reg6 = 0;
   for (int kind = 0; kind < 10; ++kind) {
     for (int trial = 0; trial < 40; ++trial) {
       const uint32_t m = trial < 18 ? sizes[trial] : 2 + rng() % 16383;
@@ -380,6 +380,7 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
         DecodeTable table;
         ASSERT_EQ(read_huff_desc(desc, d, &lo, &nsym, &table, v->table_kind), d);
         reg_tables += table.reg_ok;
+        reg6 += table.reg_ok && table.reg.short_bits == 6;
         for (size_t slack : {size_t(0), size_t(3), size_t(64)}) {
           std::vector<uint8_t> buf(ref);
           buf.resize(total + slack);
@@ -420,9 +421,11 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
       }
     }
   }
-  // Both decoder paths of the AVX-512 set ran: register tables and the pair-table fallback.
+  // Every decoder path of the AVX-512 set ran: 6-bit and 7-bit register tables, and the pair-table
+  // fallback.
   if (avx512_kernels()) {
-    EXPECT_GT(reg_tables, 0);
+    EXPECT_GT(reg6, 0);
+    EXPECT_GT(reg_tables, reg6);
     EXPECT_LT(reg_tables, cases);
   }
 }
