@@ -69,7 +69,7 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
     const uint64_t bits = build_huffman(freq, &codes[p], lo, hi);
     const bool huff = policy::huff_estimate_pays(codes[p].nsym, bits, lanes, m);
     uint32_t except = 0;
-    const uint32_t base = policy::sparse_base(freq, m, &except);
+    const uint32_t base = policy::sparse_base(freq, m, &except, lo, hi);
     if (policy::sparse_pays(except, m, huff, codes[p].nsym, bits, lanes)) {
       plan[p] = {kPlaneSparse, uint8_t(base), nullptr, except};
     } else if (huff) {

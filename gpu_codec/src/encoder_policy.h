@@ -23,10 +23,14 @@ ZIPCCL_HD uint32_t screen_samples(uint32_t m) { return (m + kScreenStride - 1) /
 
 // True when the sampled histogram says Huffman could pay: collision rate above 1/128 (Renyi-2 entropy
 // below ~7 bits; uniform bytes collide at 1/256).
+// Four partial sums, so that the multiply-adds do not wait on each other (a 256-step chain: 800 cycles
+// here; 250).
 ZIPCCL_HD bool screen_says_code(const uint32_t* sample_freq, uint32_t samples) {
-  uint64_t sq = 0;
-  for (int s = 0; s < 256; ++s) sq += uint64_t(sample_freq[s]) * sample_freq[s];
-  return sq * 128 > uint64_t(samples) * samples;
+  uint64_t sq[4] = {0, 0, 0, 0};
+  for (int s = 0; s < 256; s += 4) {
+    for (int j = 0; j < 4; ++j) sq[j] += uint64_t(sample_freq[s + j]) * sample_freq[s + j];
+  }
+  return (sq[0] + sq[1] + sq[2] + sq[3]) * 128 > uint64_t(samples) * samples;
 }
 
 // Code lengths from the sample instead of an exact histogram, when that is safe: the plane's bytes
@@ -34,9 +38,10 @@ ZIPCCL_HD bool screen_says_code(const uint32_t* sample_freq, uint32_t samples) {
 // half the sample (so neither CONST nor SPARSE can be chosen). Every value in [lo, hi] then counts at
 // least 1, so each byte that occurs gets a code. On exponent planes the lengths cost ~0.05% of
 // ratio against the exact histogram's, for an eighth of the counting.
+// The sample lies in the plane's [lo, hi], so only that range is scanned.
 ZIPCCL_HD bool sample_suffices(const uint32_t* sample_freq, uint32_t samples, uint32_t lo, uint32_t hi) {
   uint32_t distinct = 0, top = 0;
-  for (int s = 0; s < 256; ++s) {
+  for (uint32_t s = lo; s <= hi && s < 256; ++s) {
     distinct += sample_freq[s] != 0;
     top = sample_freq[s] > top ? sample_freq[s] : top;
   }
@@ -45,7 +50,7 @@ ZIPCCL_HD bool sample_suffices(const uint32_t* sample_freq, uint32_t samples, ui
 
 // The counts a sampled plane's code is built from, in place: sample count x stride, plus 1 in [lo, hi].
 ZIPCCL_HD void sampled_counts(uint32_t* freq, uint32_t lo, uint32_t hi) {
-  for (uint32_t s = 0; s < 256; ++s) freq[s] = freq[s] * kScreenStride + (s >= lo && s <= hi ? 1u : 0u);
+  for (uint32_t s = lo; s <= hi && s < 256; ++s) freq[s] = freq[s] * kScreenStride + 1;  // zero elsewhere
 }
 
 // The 97% rule: HUFF when the estimated plane (descriptor + coded bits + ~4 bits per lane for each
@@ -58,11 +63,16 @@ ZIPCCL_HD bool huff_estimate_pays(uint32_t nsym, uint64_t bits, int lanes, uint3
 }
 
 // SPARSE (FORMAT.md section 4): the base is the most frequent byte (the smallest on ties), the
-// exceptions are the other bytes. Returns the base; *exceptions = m - its count.
-ZIPCCL_HD uint32_t sparse_base(const uint32_t* freq, uint32_t m, uint32_t* exceptions) {
-  uint32_t base = 0;
-  for (uint32_t s = 1; s < 256; ++s) base = freq[s] > freq[base] ? s : base;
-  *exceptions = m - freq[base];
+// exceptions are the other bytes. Returns the base; *exceptions = m - its count. freq may be nonzero
+// only in [lo, hi] (the plane's range), which is all that is scanned; the running maximum stays in a
+// register (a comparison with freq[base] reloaded each step was a 1,700-cycle chain per plane).
+ZIPCCL_HD uint32_t sparse_base(const uint32_t* freq, uint32_t m, uint32_t* exceptions, uint32_t lo = 0,
+                               uint32_t hi = 255) {
+  uint32_t base = lo, top = freq[lo];
+  for (uint32_t s = lo + 1; s <= hi && s < 256; ++s) {
+    if (freq[s] > top) top = freq[s], base = s;
+  }
+  *exceptions = m - top;
   return base;
 }
 
