@@ -167,7 +167,7 @@ ncclResult_t RecvComm::progress() {
         }
         dst = r->staging.get() + g->off;
       } else {
-        dst = g->off ? r->data + g->off : r->data;
+        dst = r->data + g->off;
       }
       int op = kNoOp;
       ZIPCCL_CHECK(conn_->recv(dst, static_cast<size_t>(payload_len), &op));
@@ -246,7 +246,7 @@ ncclResult_t RecvComm::advance(Req* r) {
 void RecvComm::start_decode(Req* r, Seg* g, const void* src) {
   g->job.src = src;
   g->job.n = g->meta.wire_len;
-  g->job.dst = g->off ? r->data + g->off : r->data;
+  g->job.dst = r->data + g->off;
   g->job.cap = g->meta.original_len;  // never past the segment: bytes beyond it stay untouched
   g->job.out = 0;
   g->job.done.store(false);
@@ -264,7 +264,7 @@ ncclResult_t RecvComm::start_device_segment(Req* r, Seg* g, size_t j, const void
   int slot = static_cast<int>(r - reqs_.data());
   size_t wire = g->meta.wire_len, n = g->meta.original_len;
   bool whole = g->meta.version == kFrameVersion;
-  char* out_final = g->off ? r->data + g->off : r->data;
+  char* out_final = r->data + g->off;
   using Buf = gpu::Channel::Buf;
   if (r->landing && !r->land_stage) ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kLand, r->capacity, &r->land_stage));
   char* land = static_cast<char*>(r->land_stage) + (r->land_stage ? g->off : 0);

@@ -197,7 +197,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
     // are several), and each is posted as soon as it and the ones before it are done.
     for (size_t j = 0; j < r.nsegs; ++j) {
       Seg& g = *r.segs[j];
-      g.job.src = g.off ? r.data + g.off : r.data;
+      g.job.src = r.data + g.off;
       g.job.n = g.len;
       g.job.dst = r.staging.data() + g.stage_off;
       g.job.cap = codec::max_encoded_size(g.len);
@@ -269,7 +269,7 @@ ncclResult_t SendComm::start_device(Req* r, bool compress) {
   if (!compress) {
     for (size_t j = 0; j < r->nsegs; ++j) {
       Seg* g = r->segs[j].get();
-      ZIPCCL_CHECK(copy_to_host(r, g, j, g->off ? r->data + g->off : r->data, g->len));
+      ZIPCCL_CHECK(copy_to_host(r, g, j, r->data + g->off, g->len));
     }
     return ncclSuccess;
   }
@@ -317,7 +317,7 @@ ncclResult_t SendComm::progress_device() {
         r->gpu_t0 = now;  // the next segment's encode started when this one finished
         stats_.codec_ns += static_cast<uint64_t>(seconds * 1e9);
         auto st = static_cast<codec::Status>(g->result->status);
-        const char* src_raw = g->off ? r->data + g->off : r->data;
+        const char* src_raw = r->data + g->off;
         if (st != codec::Status::kOk) {
           ZIPCCL_WARN("GPU encode of %zu bytes failed (%s); sending raw", g->len, codec::status_string(st));
           ZIPCCL_CHECK(copy_to_host(r, g, j, src_raw, g->len));
@@ -411,8 +411,7 @@ ncclResult_t SendComm::progress() {
       const void* payload = r->device ? g->staged
                             : g->kind == FrameKind::kCodec
                                 ? static_cast<const void*>(r->staging.data() + g->stage_off)
-                            : g->off ? r->data + g->off
-                                     : r->data;
+                                : r->data + g->off;
       int op = kNoOp;
       // A codec frame is decoded by the receiver, not kept: a transport writing into the receiver's
       // memory lands it in staging (post_staged), while raw bytes go straight to the posted buffer.
