@@ -39,7 +39,11 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
   alignas(64) uint8_t planes[4][kMaxBlockElems];
   HuffCode codes[4];
   const int np = type_planes(type);
-  if (np == 2) {
+  uint32_t lo0 = 0, hi0 = 0;  // plane 0's range, when split16_range gave it
+  const bool range0 = np == 2 && m > 0 && k.split16_range;
+  if (range0) {
+    k.split16_range(src, m, planes[0], planes[1], &lo0, &hi0);
+  } else if (np == 2) {
     k.split16(src, m, planes[0], planes[1]);
   } else {
     uint8_t* p[4] = {planes[0], planes[1], planes[2], planes[3]};
@@ -50,7 +54,8 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
   const size_t raw_plane = round_up4(m);
   for (int p = 0; p < np; ++p) {
     plan[p] = {kPlaneRaw, 0, nullptr, 0};
-    if (all_equal(planes[p], m)) {
+    const bool known = p == 0 && range0;
+    if (known ? lo0 == hi0 : all_equal(planes[p], m)) {
       plan[p] = {kPlaneConst, planes[p][0], nullptr, 0};
       continue;
     }
@@ -58,8 +63,8 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
     k.sample_histogram(planes[p], m, freq);
     const uint32_t samples = policy::screen_samples(m);
     if (p != 0 && !policy::screen_says_code(freq, samples)) continue;
-    uint32_t lo, hi;
-    k.minmax(planes[p], m, &lo, &hi);
+    uint32_t lo = lo0, hi = hi0;
+    if (!known) k.minmax(planes[p], m, &lo, &hi);
     if (policy::sample_suffices(freq, samples, lo, hi)) {
       policy::sampled_counts(freq, lo, hi);
     } else {

@@ -52,6 +52,9 @@ struct Kernels {
   // freq[256] = counts of p[0], p[8], p[16], ... below p + m: the sample of encoder_policy.h's
   // screen (kScreenStride = 8).
   void (*sample_histogram)(const uint8_t* p, uint32_t m, uint32_t* freq);
+  // split16 that also gives plane 0's smallest and largest byte (m >= 1), found while the plane is in
+  // registers (encode_block would read it again for them). nullptr where a set has none.
+  void (*split16_range)(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1, uint32_t* lo, uint32_t* hi);
 };
 
 // The scalar kernel set's minmax, for the SIMD sets' tails.

@@ -95,7 +95,8 @@ namespace {
 
 const Kernels kScalar = {"scalar",       split16,        merge16,          nullptr,
                          split32,        merge32,        histogram,        minmax_scalar,
-                         lanes_encode_k, lanes_decode_k, TableKind::kPair, sample_histogram_scalar};
+                         lanes_encode_k, lanes_decode_k, TableKind::kPair, sample_histogram_scalar,
+                         nullptr};
 
 }  // namespace
 

@@ -103,7 +103,8 @@ void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
 
 const Kernels kAvx2 = {"avx2",         split16,        merge16,          nullptr,
                        split32,        merge32,        histogram,        minmax,
-                       lanes_encode_k, lanes_decode_k, TableKind::kPair, sample_histogram_scalar};
+                       lanes_encode_k, lanes_decode_k, TableKind::kPair, sample_histogram_scalar,
+                       nullptr};
 
 }  // namespace
 

@@ -57,24 +57,39 @@ inline void store512(void* p, __m512i v) { _mm512_storeu_si512(p, v); }
 
 // ---- Planes ----------------------------------------------------------------------------------
 
-void split16(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1) {
-  // Even bytes of each word pair -> one plane: byte i of the result = byte 2i of (a, b).
+// split16 with plane 0's range (Kernels::split16_range): a min and a max per 64 elements.
+void split16_range(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1, uint32_t* lo, uint32_t* hi) {
   const __m512i even = _mm512_set_epi8(126, 124, 122, 120, 118, 116, 114, 112, 110, 108, 106, 104, 102, 100, 98, 96,
                                        94, 92, 90, 88, 86, 84, 82, 80, 78, 76, 74, 72, 70, 68, 66, 64,  //
                                        62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32,  //
                                        30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i x80 = _mm512_set1_epi16(0x80);
+  __m512i a = _mm512_set1_epi8(char(0xFF)), b = _mm512_setzero_si512();
   uint32_t i = 0;
   for (; i + 64 <= m; i += 64) {
-    const __m512i a = load512(src + 2 * i), b = load512(src + 2 * i + 64);
-    // p0 = bits 14..7 = low byte of v >> 7; p1 = (v >> 8) & 0x80 | v & 0x7F (bitwise select).
-    const __m512i a0 = _mm512_srli_epi16(a, 7), b0 = _mm512_srli_epi16(b, 7);
-    const __m512i a1 = _mm512_ternarylogic_epi32(x80, _mm512_srli_epi16(a, 8), a, 0xCA);
-    const __m512i b1 = _mm512_ternarylogic_epi32(x80, _mm512_srli_epi16(b, 8), b, 0xCA);
-    store512(p0 + i, _mm512_permutex2var_epi8(a0, even, b0));
-    store512(p1 + i, _mm512_permutex2var_epi8(a1, even, b1));
+    const __m512i u = load512(src + 2 * i), v = load512(src + 2 * i + 64);
+    const __m512i x0 = _mm512_permutex2var_epi8(_mm512_srli_epi16(u, 7), even, _mm512_srli_epi16(v, 7));
+    const __m512i u1 = _mm512_ternarylogic_epi32(x80, _mm512_srli_epi16(u, 8), u, 0xCA);
+    const __m512i v1 = _mm512_ternarylogic_epi32(x80, _mm512_srli_epi16(v, 8), v, 0xCA);
+    store512(p0 + i, x0);
+    store512(p1 + i, _mm512_permutex2var_epi8(u1, even, v1));
+    a = _mm512_min_epu8(a, x0), b = _mm512_max_epu8(b, x0);
   }
-  if (i < m) scalar_kernels().split16(src + 2 * i, m - i, p0 + i, p1 + i);
+  uint32_t x = 255, y = 0;
+  if (i < m) {
+    scalar_kernels().split16(src + 2 * i, m - i, p0 + i, p1 + i);
+    minmax_scalar(p0 + i, m - i, &x, &y);
+  }
+  alignas(64) uint8_t la[64], lb[64];
+  store512(la, a);
+  store512(lb, b);
+  for (int k = 0; k < 64; ++k) x = la[k] < x ? la[k] : x, y = lb[k] > y ? lb[k] : y;
+  *lo = x, *hi = y;
+}
+
+void split16(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1) {
+  uint32_t lo, hi;
+  split16_range(src, m, p0, p1, &lo, &hi);
 }
 
 // 64 elements from 64 bytes of each plane: the low bytes (p0 bit 0 -> bit 7, p1 bits 6..0) and the
@@ -694,6 +709,7 @@ Kernels make_avx512() {
   Kernels k = *avx2_kernels();  // fp32 planes and the histogram: the AVX2 kernels
   k.name = "avx512";
   k.split16 = split16;
+  k.split16_range = split16_range;
   k.merge16 = merge16;
   k.merge16_stream = merge16_stream;
   k.minmax = minmax;

@@ -70,6 +70,27 @@ TEST(Kernels, SplitMergeMatchScalar) {
     v->split16(in.data(), m, b[0].data(), b[1].data());
     ASSERT_EQ(a[0], b[0]);
     ASSERT_EQ(a[1], b[1]);
+    if (v->split16_range) {  // the same planes, and plane 0's range as minmax finds it
+      uint32_t lo = 0, hi = 0, want_lo = 0, want_hi = 0;
+      for (int p = 0; p < 2; ++p) b[p].assign(m, 1);
+      v->split16_range(in.data(), m, b[0].data(), b[1].data(), &lo, &hi);
+      ASSERT_EQ(a[0], b[0]);
+      ASSERT_EQ(a[1], b[1]);
+      s.minmax(a[0].data(), m, &want_lo, &want_hi);
+      ASSERT_EQ(lo, want_lo);
+      ASSERT_EQ(hi, want_hi);
+      // A narrow plane 0 (bytes 0x7E-0x7F) whose largest byte is the last element's (the tail).
+      std::vector<uint8_t> narrow(in.begin(), in.begin() + 2 * m);
+      for (uint32_t i = 0; i < m; ++i) narrow[2 * i + 1] = 0x3F;
+      narrow[2 * m - 1] = 0x41;
+      std::vector<uint8_t> c0(m), c1(m);
+      s.split16(narrow.data(), m, c0.data(), c1.data());
+      s.minmax(c0.data(), m, &want_lo, &want_hi);
+      v->split16_range(narrow.data(), m, b[0].data(), b[1].data(), &lo, &hi);
+      ASSERT_EQ(b[0], c0);
+      ASSERT_EQ(lo, want_lo);
+      ASSERT_EQ(hi, want_hi);
+    }
     std::vector<uint8_t> o1(2 * m), o2(2 * m);
     s.merge16(a[0].data(), a[1].data(), m, o1.data());
     v->merge16(a[0].data(), a[1].data(), m, o2.data());
