@@ -294,13 +294,9 @@ uint64_t lane_tail(const uint8_t* lane, uint32_t bytes, uint64_t pos, uint32_t n
   return pos;
 }
 
-// The register tables in zmm registers, and quads<G>: one quad (four symbols per lane) in each of G
-// groups of 16 lanes, from left-aligned windows (hi[g], lo[g]) of at least 51 valid bits. acc[g]: the
-// four symbols, first in the top byte; used[g]: the bits used. Each symbol's length is on its
-// group's critical path (window -> length -> shifted window), so the groups' steps are interleaved
-// (one chain each; 1-3% faster than a quad per group in turn, paired: small, but it never lost); a
-// symbol waits: its
-// table index joins those of the other three, and one lookup serves the four.
+// The register tables in zmm registers. lookup(hi, &len, &e): the length of the code at the top of
+// each lane's window hi and its table index (byte 0; bytes 1-3 zero); symbols(idx): the symbols of
+// four such indices, one per byte; bits(used): the bits a quad used, from the sum of its lengths.
 //
 // 7-bit tables (short_bits 7): entry i < 128 is found with index byte i, entry 128 + j with 128 + j
 // (bit 7 picks the table pair), each table two registers (vpermt2b).
@@ -316,36 +312,21 @@ struct RegDecoder7 {
         sl0(load512(t.sym + 128)),
         sl1(load512(t.sym + 192)),
         c120(_mm512_set1_epi8(120)) {}
-  // Groups g < G, each from (hi[g], lo[g]), their steps interleaved (G independent chains).
-  template <int G>
-  inline void quads(__m512i* hi, __m512i* lo, __m512i* acc_out, __m512i* used) const {
+  inline void lookup(__m512i hi, __m512i* len, __m512i* e) const {
     const __mmask64 byte0 = 0x1111111111111111ull;
-    __m512i idx[G];
-    for (int g = 0; g < G; ++g) idx[g] = used[g] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-#pragma GCC unroll 2
-      for (int g = 0; g < G; ++g) {
-        const __m512i is = _mm512_srli_epi32(hi[g], 25), il = _mm512_srli_epi32(hi[g], 21);
-        const __mmask64 kl = _mm512_cmpge_epu8_mask(is, c120);
-        // Both lookups under the constant mask, then one blend (the compare runs alongside).
-        const __m512i len = _mm512_mask_blend_epi8(kl, _mm512_maskz_permutex2var_epi8(byte0, ls0, is, ls1),
-                                                   _mm512_maskz_permutex2var_epi8(byte0, ll0, il, ll1));
-        // The index is `is`, or `il`, whose bit 7 is set exactly when kl.
-        idx[g] = _mm512_or_si512(_mm512_slli_epi32(idx[g], 8), _mm512_mask_blend_epi8(kl, is, il));
-        used[g] = _mm512_add_epi32(used[g], len);
-        if (j < 3) {
-          hi[g] = _mm512_shldv_epi32(hi[g], lo[g], len);
-          lo[g] = _mm512_sllv_epi32(lo[g], len);
-        }
-      }
-    }
-    for (int g = 0; g < G; ++g) {
-      acc_out[g] =
-          _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx[g]), _mm512_permutex2var_epi8(ss0, idx[g], ss1),
-                                 _mm512_permutex2var_epi8(sl0, idx[g], sl1));
-    }
+    const __m512i is = _mm512_srli_epi32(hi, 25), il = _mm512_srli_epi32(hi, 21);
+    const __mmask64 kl = _mm512_cmpge_epu8_mask(is, c120);
+    // Both lookups under the constant mask, then one blend (the compare runs alongside).
+    *len = _mm512_mask_blend_epi8(kl, _mm512_maskz_permutex2var_epi8(byte0, ls0, is, ls1),
+                                  _mm512_maskz_permutex2var_epi8(byte0, ll0, il, ll1));
+    // The index is `is`, or `il`, whose bit 7 is set exactly when kl.
+    *e = _mm512_mask_blend_epi8(kl, is, il);
   }
+  inline __m512i symbols(__m512i idx) const {
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), _mm512_permutex2var_epi8(ss0, idx, ss1),
+                                  _mm512_permutex2var_epi8(sl0, idx, sl1));
+  }
+  static __m512i bits(__m512i used) { return used; }
 };
 
 // 6-bit tables (short_bits 6): the 64 short and the 64 long lengths one register each, so a length
@@ -364,33 +345,44 @@ struct RegDecoder6 {
         s1(load512(t.sym + 64)),
         c62(_mm512_set1_epi8(62)),
         low8(_mm512_set1_epi32(0xFF)) {}
-  template <int G>
-  inline void quads(__m512i* hi, __m512i* lo, __m512i* acc_out, __m512i* used) const {
-    const __m512i zero = _mm512_setzero_si512();
-    __m512i idx[G];
-    for (int g = 0; g < G; ++g) idx[g] = used[g] = zero;
+  inline void lookup(__m512i hi, __m512i* len, __m512i* e) const {
+    const __m512i is = _mm512_srli_epi32(hi, 26), il = _mm512_srli_epi32(hi, 21);
+    const __mmask64 kl = _mm512_cmpge_epu8_mask(is, c62);
+    *len = _mm512_mask_blend_epi8(kl, _mm512_permutexvar_epi8(is, ls), _mm512_permutexvar_epi8(il, ll));
+    *e = _mm512_mask_blend_epi8(kl, is, il);
+  }
+  inline __m512i symbols(__m512i idx) const { return _mm512_permutex2var_epi8(s0, idx, s1); }
+  inline __m512i bits(__m512i used) const { return _mm512_and_si512(used, low8); }
+};
+
+// One quad (four symbols per lane) in each of G groups of 16 lanes, from left-aligned windows
+// (hi[g], lo[g]) of at least 51 valid bits. acc[g]: the four symbols, first in the top byte;
+// used[g]: the bits used. Each symbol's length is on its group's critical path (window -> length ->
+// shifted window), so the groups' steps are interleaved (one chain each; 1-3% faster than a quad
+// per group in turn, paired: small, but it never lost); a symbol waits: its table index joins those
+// of the other three, and one lookup serves the four. The window shifts take their count mod 32
+// (vpshldvd, lo shifted in from zero), which RegDecoder6's lengths need.
+template <int G, class Decoder>
+inline void decode_quads(const Decoder& dec, __m512i* hi, __m512i* lo, __m512i* acc, __m512i* used) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i idx[G];
+  for (int g = 0; g < G; ++g) idx[g] = used[g] = zero;
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < 4; ++j) {
 #pragma GCC unroll 2
-      for (int g = 0; g < G; ++g) {
-        const __m512i is = _mm512_srli_epi32(hi[g], 26), il = _mm512_srli_epi32(hi[g], 21);
-        const __mmask64 kl = _mm512_cmpge_epu8_mask(is, c62);
-        const __m512i len =
-            _mm512_mask_blend_epi8(kl, _mm512_permutexvar_epi8(is, ls), _mm512_permutexvar_epi8(il, ll));
-        idx[g] = _mm512_or_si512(_mm512_slli_epi32(idx[g], 8), _mm512_mask_blend_epi8(kl, is, il));
-        used[g] = _mm512_add_epi32(used[g], len);
-        if (j < 3) {
-          hi[g] = _mm512_shldv_epi32(hi[g], lo[g], len);
-          lo[g] = _mm512_shldv_epi32(lo[g], zero, len);
-        }
+    for (int g = 0; g < G; ++g) {
+      __m512i len, e;
+      dec.lookup(hi[g], &len, &e);
+      idx[g] = _mm512_or_si512(_mm512_slli_epi32(idx[g], 8), e);
+      used[g] = _mm512_add_epi32(used[g], len);
+      if (j < 3) {
+        hi[g] = _mm512_shldv_epi32(hi[g], lo[g], len);
+        lo[g] = _mm512_shldv_epi32(lo[g], zero, len);
       }
     }
-    for (int g = 0; g < G; ++g) {
-      acc_out[g] = _mm512_permutex2var_epi8(s0, idx[g], s1);
-      used[g] = _mm512_and_si512(used[g], low8);
-    }
   }
-};
+  for (int g = 0; g < G; ++g) acc[g] = dec.symbols(idx[g]), used[g] = dec.bits(used[g]);
+}
 
 // G groups of 16 lanes (lane k of group g starts at byte start[16g + k] of `in`), `quads` x 4
 // symbols each, written to out + (16g + k) * per. Each pair of quads decodes from one 16-byte
@@ -439,7 +431,7 @@ void decode_groups(const uint8_t* in, const uint32_t* start, uint32_t quads, con
   uint32_t q = 0;
   __m512i hi[G], lo[G], acc[G], used[G];
   auto run_quads = [&](uint32_t r) {  // decodes from (hi, lo) into row r; p += used
-    dec.template quads<G>(hi, lo, acc, used);
+    decode_quads<G>(dec, hi, lo, acc, used);
     for (int g = 0; g < G; ++g) store512(row(g, r), _mm512_shuffle_epi8(acc[g], bswap32));
   };
   while (q + 2 <= quads) {
