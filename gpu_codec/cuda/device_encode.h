@@ -24,6 +24,7 @@ constexpr uint8_t kPlaneCandidate = 4;  // transient: a full histogram and a cod
 // Fixed part of the encode CTA's shared memory.
 struct EncodeShared {
   uint32_t hist[4][256];         // sampled (every 8th) counts, then completed to the full histogram
+  uint32_t pre[3][256];          // planes 1-3: counts of every 32nd byte (the pre-screen)
   uint16_t code[4][256];         // canonical code by symbol
   uint8_t len[4][256];           // code length by symbol (0: absent)
   uint32_t lane_bits[4][fmt::kMaxLanes];
@@ -117,6 +118,15 @@ ZIPCCL_HD void split_element(const Cta& cta, EncodeShared& sh, uint8_t* planes, 
 
 // Step 1. src: the block's m elements (global); first: the message's first element (CONST frame
 // check); lanes: 1..64. On return (all threads): sh.block_bytes, sh.flags; staging holds the header.
+// policy::prescreen_says_raw on a pre-screen histogram.
+ZIPCCL_HD bool prescreen_raw(const uint32_t* pre, uint32_t m) {
+  uint64_t sum = 0;
+  if (m >= policy::kPrescreenMinElems) {
+    for (int v = 0; v < 256; ++v) sum += uint64_t(pre[v]) * (pre[v] ? pre[v] - 1 : 0);
+  }
+  return policy::prescreen_says_raw(sum, m);
+}
+
 template <class Cta>
 ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m, uint8_t type, int lanes, uint32_t first,
                                  EncodeShared& sh, uint8_t* smem, const EncodeSmemLayout& lay) {
@@ -128,6 +138,7 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
   const int tid = cta.tid(), nt = cta.size();
 
   for (int i = tid; i < 4 * 256; i += nt) (&sh.hist[0][0])[i] = 0;
+  for (int i = tid; i < 3 * 256; i += nt) (&sh.pre[0][0])[i] = 0;
   if (tid == 0) {
     sh.flags = 0;
     for (int p = 0; p < 4; ++p) sh.bmin[p] = 255, sh.bmax[p] = 0, sh.sampled[p] = 0;
@@ -159,12 +170,16 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
   }
   cta.sync();
   // Sampled histogram (every kScreenStride-th element) of every plane: the screen for planes > 0,
-  // and the first part of each full histogram.
+  // and the first part of each full histogram; every 4th of those samples of planes > 0 is also the
+  // pre-screen's.
   const uint32_t samples = policy::screen_samples(m);
+  constexpr uint32_t kPreEvery = policy::kPrescreenStride / policy::kScreenStride;
   for (uint32_t s = uint32_t(tid); s < samples * uint32_t(np); s += uint32_t(nt)) {
     const int p = int(s / samples);
-    const uint32_t i = (s % samples) * policy::kScreenStride;
-    cta.hist_add(sh.hist[p], planes[size_t(p) * stride + i]);
+    const uint32_t k = s % samples;
+    const uint8_t b = planes[size_t(p) * stride + k * policy::kScreenStride];
+    cta.hist_add(sh.hist[p], b);
+    if (p > 0 && k % kPreEvery == 0) cta.hist_add(sh.pre[p - 1], b);
   }
   cta.sync();
 
@@ -174,7 +189,8 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
     if (!(sh.flags & (1u << p))) {
       mode = fmt::kPlaneConst;
       sh.value[p] = planes[size_t(p) * stride];
-    } else if (p == 0 || policy::screen_says_code(sh.hist[p], samples)) {
+    } else if (p == 0 ||
+               (!prescreen_raw(sh.pre[p - 1], m) && policy::screen_says_code(sh.hist[p], samples))) {
       mode = kPlaneCandidate;
       if (policy::sample_suffices(sh.hist[p], samples, sh.bmin[p], sh.bmax[p])) {
         policy::sampled_counts(sh.hist[p], sh.bmin[p], sh.bmax[p]);

@@ -13,6 +13,25 @@ using namespace fmt;
 // difference, which in a non-constant plane comes within a few bytes.
 bool all_equal(const uint8_t* p, uint32_t m) { return m < 2 || std::memcmp(p, p + 1, m - 1) == 0; }
 
+// The pre-screen's statistic (policy::prescreen_says_raw): the sum of f * (f - 1) over the counts of
+// every kPrescreenStride-th byte. Two count tables, alternate samples, so that the increments of a
+// repeated byte do not all wait on each other.
+uint64_t prescreen_sum(const uint8_t* p, uint32_t m) {
+  constexpr uint32_t kS = policy::kPrescreenStride;
+  uint16_t h[2][256];  // at most kMaxBlockElems / kS = 512 samples
+  std::memset(h, 0, sizeof(h));
+  uint32_t i = 0;
+  for (; i + kS < m; i += 2 * kS) h[0][p[i]]++, h[1][p[i + kS]]++;
+  if (i < m) h[0][p[i]]++;
+  // sum f (f - 1) = sum f^2 - samples. Counts fit int16 and their squares' sum int32, so the squares
+  // are one widening multiply-add (pmaddwd) a pair of counts.
+  int16_t f[256];
+  for (int v = 0; v < 256; ++v) f[v] = int16_t(h[0][v] + h[1][v]);
+  int32_t sq = 0;
+  for (int v = 0; v < 256; ++v) sq += int32_t(f[v]) * f[v];
+  return uint64_t(sq) - policy::prescreen_samples(m);
+}
+
 struct PlanePlan {
   uint8_t mode;
   uint8_t value;     // kPlaneConst; kPlaneSparse: the base byte
@@ -57,6 +76,10 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
     const bool known = p == 0 && range0;
     if (known ? lo0 == hi0 : all_equal(planes[p], m)) {
       plan[p] = {kPlaneConst, planes[p][0], nullptr, 0};
+      continue;
+    }
+    if (p != 0 &&
+        policy::prescreen_says_raw(m >= policy::kPrescreenMinElems ? prescreen_sum(planes[p], m) : 0, m)) {
       continue;
     }
     uint32_t freq[256];

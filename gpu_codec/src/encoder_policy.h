@@ -21,6 +21,25 @@ constexpr uint32_t kScreenStride = 8;
 
 ZIPCCL_HD uint32_t screen_samples(uint32_t m) { return (m + kScreenStride - 1) / kScreenStride; }
 
+// Before that screen, such a plane of a block of at least kPrescreenMinElems elements is screened on
+// every kPrescreenStride-th byte (256 samples in 8192): RAW when fewer than 1 in 192 of the samples'
+// pairs are equal (uniform bytes: 1 in 256, 4.7 standard deviations below). That rejects a random
+// mantissa plane for a quarter of the counting; a plane the screen below would pass (pairs equal at
+// 1 in 146 or more) is rejected with probability ~2e-4, and then only costs ratio. The statistic is
+// exact integer arithmetic, so the CPU and the GPU encoder decide alike.
+constexpr uint32_t kPrescreenStride = 4 * kScreenStride;
+constexpr uint32_t kPrescreenMinElems = 8192;
+
+ZIPCCL_HD uint32_t prescreen_samples(uint32_t m) {
+  return (m + kPrescreenStride - 1) / kPrescreenStride;
+}
+
+// sum_f2: the sum of f * (f - 1) over the pre-screen sample's counts f (twice its equal pairs).
+ZIPCCL_HD bool prescreen_says_raw(uint64_t sum_f2, uint32_t m) {
+  const uint64_t s = prescreen_samples(m);
+  return m >= kPrescreenMinElems && sum_f2 * 192 < s * (s - 1);
+}
+
 // True when the sampled histogram says Huffman could pay: collision rate above 1/128 (Renyi-2 entropy
 // below ~7 bits; uniform bytes collide at 1/256).
 // Four partial sums, so that the multiply-adds do not wait on each other (a 256-step chain: 800 cycles

@@ -559,10 +559,13 @@ bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const
 // Groups of one lane's symbols, n of them (a multiple of 64), tw: code | len << 11 by symbol & 63.
 // code8[i] = the codes of symbols 8i..8i+7 (right-aligned) and len8[i] their total length, exact
 // when that is at most 64 bits (coded as one piece when at most 56: nearly always, as that is 7 bits
-// a symbol); code16/len16 the same for symbols 16i..16i+15 (one piece when at most 56 bits, which
-// exponent planes' ~2.5 bits a symbol nearly always give). Returns the n symbols' total bits.
+// a symbol); code16[2i]/len16[2i] the same for symbols 16i..16i+15 (one piece when at most 56 bits,
+// which exponent planes' ~2.5 bits a symbol nearly always give; the odd entries are scratch). The
+// lengths stay 64-bit and the 16-groups where the tree leaves them: narrowing them to bytes and
+// packing the groups (two vpmovqb, two vpcompressq: 8 port-5 uops of ~22 per 64 symbols) cost more
+// than the larger stores. Returns the n symbols' total bits.
 inline uint64_t make_groups(const uint8_t* s, uint32_t n, __m512i tw0, __m512i tw1, uint64_t* code8,
-                            uint8_t* len8, uint64_t* code16, uint8_t* len16, Ahead& ahead) {
+                            uint64_t* len8, uint64_t* code16, uint64_t* len16, Ahead& ahead) {
   const __m512i m11 = _mm512_set1_epi32(0x7FF), m4 = _mm512_set1_epi32(0xF), lo32 = _mm512_set1_epi64(0xFFFFFFFF);
   const __m512i evens = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
   __m512i total = _mm512_setzero_si512();
@@ -590,15 +593,12 @@ inline uint64_t make_groups(const uint8_t* s, uint32_t n, __m512i tw0, __m512i t
     const __m512i c = _mm512_permutex2var_epi64(oc[0], evens, oc[1]);
     const __m512i l = _mm512_permutex2var_epi64(ol[0], evens, ol[1]);
     store512(code8 + i / 8, c);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(len8 + i / 8), _mm512_cvtepi64_epi8(l));
+    store512(len8 + i / 8, l);
     total = _mm512_add_epi64(total, l);
-    // 16-symbol groups in the even words, then packed.
+    // 16-symbol groups in the even words.
     const __m512i ch = _mm512_bsrli_epi128(c, 8), lh = _mm512_bsrli_epi128(l, 8);
-    const __m512i hc = _mm512_maskz_compress_epi64(0x55, _mm512_or_si512(_mm512_sllv_epi64(c, lh), ch));
-    const __m512i hl = _mm512_maskz_compress_epi64(0x55, _mm512_add_epi64(l, lh));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(code16 + i / 16), _mm512_castsi512_si256(hc));
-    const uint32_t l4 = uint32_t(_mm_cvtsi128_si32(_mm512_cvtepi64_epi8(hl)));
-    std::memcpy(len16 + i / 16, &l4, 4);
+    store512(code16 + i / 8, _mm512_or_si512(_mm512_sllv_epi64(c, lh), ch));
+    store512(len16 + i / 8, _mm512_add_epi64(l, lh));
   }
   return uint64_t(_mm512_reduce_add_epi64(total));
 }
@@ -632,8 +632,8 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
   const size_t slot = (size_t(per) * kMaxCodeLen + 7) / 8 + 16;
   alignas(64) uint8_t scratch[kMaxLaneBytes + 32 * kMaxLanes];
   constexpr int kW = 2;  // lanes interleaved (more spill the writers to the stack)
-  alignas(64) uint64_t code8[kW][kMaxBlockElems / 8], code16[kW][kMaxBlockElems / 16];
-  alignas(64) uint8_t len8[kW][kMaxBlockElems / 8 + 8], len16[kW][kMaxBlockElems / 16 + 8];
+  alignas(64) uint64_t code8[kW][kMaxBlockElems / 8], code16[kW][kMaxBlockElems / 8];
+  alignas(64) uint64_t len8[kW][kMaxBlockElems / 8], len16[kW][kMaxBlockElems / 8];
   size_t total = 0;
   Ahead none;
   Ahead& ahead = ahead_io ? *ahead_io : none;
@@ -656,7 +656,7 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
     // An 8-symbol group of more than 56 bits is coded symbol by symbol.
     auto put8 = [&](int j, uint32_t g) {
       if (__builtin_expect(len8[j][g] <= 56, 1)) {
-        put_bits(acc[j], nb[j], o[j], code8[j][g], len8[j][g]);
+        put_bits(acc[j], nb[j], o[j], code8[j][g], uint32_t(len8[j][g]));
       } else {
         put_symbols(acc[j], nb[j], o[j], s[j] + 8 * g, 8, code);
       }
@@ -671,8 +671,8 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
       for (uint32_t i = 0; i < vec[0] / 16; ++i) {
 #pragma GCC unroll 2
         for (int j = 0; j < kW; ++j) {
-          if (__builtin_expect(len16[j][i] <= 56, 1)) {
-            put_bits(acc[j], nb[j], o[j], code16[j][i], len16[j][i]);
+          if (__builtin_expect(len16[j][2 * i] <= 56, 1)) {
+            put_bits(acc[j], nb[j], o[j], code16[j][2 * i], uint32_t(len16[j][2 * i]));
           } else {
             put8(j, 2 * i);
             put8(j, 2 * i + 1);

@@ -238,6 +238,27 @@ TEST(RoundTrip, SimdFramesEqualScalarOnRandomShapes) {
   }
 }
 
+// The pre-screen (encoder_policy.h) decides on every 32nd byte of a plane other than plane 0, in
+// blocks of at least 8192 elements: when those samples are all different the plane is RAW even though
+// every other byte equals one value; when they equal it too the plane is coded. Smaller blocks skip
+// the pre-screen.
+TEST(Frame, PrescreenDecidesOnEvery32ndByte) {
+  const size_t n = 4 * 8192;
+  auto size_of = [&](const std::vector<uint8_t>& in, int block_log2) {
+    EncodeOptions eo;
+    eo.type = ElemType::kBf16;
+    eo.block_log2 = block_log2;
+    const Result r = round_trip(in.data(), in.size(), eo);
+    EXPECT_TRUE(r.back == in);
+    return r.frame.size();
+  };
+  const auto blind = testing::prescreen_blind_bf16(n, 0x11, true);
+  const auto plain = testing::prescreen_blind_bf16(n, 0x11, false);
+  EXPECT_GT(size_of(blind, 13), n);      // plane 1 RAW in every block: over a byte an element
+  EXPECT_LT(size_of(plain, 13), n / 8);  // plane 1 coded (CONST)
+  EXPECT_LT(size_of(blind, 12), n / 4);  // 4096-element blocks: no pre-screen, plane 1 coded
+}
+
 TEST(Frame, SmallCapacityFallsBackOrFails) {
   auto in = gaussian_bf16(10000, 1.0, 17);
   std::vector<uint8_t> frame(in.size() + 24);

@@ -85,6 +85,11 @@ TEST(Policy, Thresholds) {
   peaked[0] = 1000, peaked[1] = 24;
   EXPECT_TRUE(policy::screen_says_code(peaked, 1024));
   EXPECT_EQ(policy::screen_samples(8192), 1024u);
+  // Pre-screen: 256 samples (65,280 pairs): RAW below 340 (2 x 170 equal pairs, 1 in 192).
+  EXPECT_EQ(policy::prescreen_samples(8192), 256u);
+  EXPECT_TRUE(policy::prescreen_says_raw(339, 8192));
+  EXPECT_FALSE(policy::prescreen_says_raw(340, 8192));
+  EXPECT_FALSE(policy::prescreen_says_raw(0, 8191));  // smaller blocks are not pre-screened
   EXPECT_EQ(policy::screen_samples(8193), 1025u);
   // 8192 symbols at ~3 bits: HUFF; at 7.9 bits: not.
   EXPECT_TRUE(policy::huff_estimate_pays(40, 8192 * 3, 32, 8192));
