@@ -548,7 +548,10 @@ bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const
     const uint32_t cnt = lane_count(m, per, k);
     const uint32_t from = k < vec ? 4 * quads : 0;
     uint64_t bit = k < vec ? pos[k] - uint64_t(start[k]) * 8 : 0;
-    bit = lane_tail(in + start[k], lane_bytes[k], bit, cnt - from, t.reg, out + size_t(k) * per + from, readable_end);
+    if (cnt > from) {  // none in full blocks; calling anyway: decode 2% slower at 64 MiB, 6% in cache
+      bit = lane_tail(in + start[k], lane_bytes[k], bit, cnt - from, t.reg, out + size_t(k) * per + from,
+                      readable_end);
+    }
     if (!lane_ok(in + start[k], lane_bytes[k], bit)) return false;
   }
   return true;
