@@ -562,13 +562,14 @@ bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const
 // Groups of one lane's symbols, n of them (a multiple of 64), tw: code | len << 11 by symbol & 63.
 // code8[i] = the codes of symbols 8i..8i+7 (right-aligned) and len8[i] their total length, exact
 // when that is at most 64 bits (coded as one piece when at most 56: nearly always, as that is 7 bits
-// a symbol); code16[2i]/len16[2i] the same for symbols 16i..16i+15 (one piece when at most 56 bits,
-// which exponent planes' ~2.5 bits a symbol nearly always give; the odd entries are scratch). The
-// lengths stay 64-bit and the 16-groups where the tree leaves them: narrowing them to bytes and
-// packing the groups (two vpmovqb, two vpcompressq: 8 port-5 uops of ~22 per 64 symbols) cost more
-// than the larger stores. Returns the n symbols' total bits.
+// a symbol); g16[2i] and g16[2i + 1] the code and the length of symbols 16i..16i+15 (one piece when
+// at most 56 bits, which exponent planes' ~2.5 bits a symbol nearly always give), side by side so
+// that the writer reads a group from one base. The lengths stay 64-bit and the 16-groups where the
+// tree leaves them (the even words, the lengths moved up one): narrowing them to bytes and packing
+// the groups (two vpmovqb, two vpcompressq: 8 port-5 uops of ~22 per 64 symbols) cost more than
+// the larger stores. Returns the n symbols' total bits.
 inline uint64_t make_groups(const uint8_t* s, uint32_t n, __m512i tw0, __m512i tw1, uint64_t* code8,
-                            uint64_t* len8, uint64_t* code16, uint64_t* len16, Ahead& ahead) {
+                            uint64_t* len8, uint64_t* g16, Ahead& ahead) {
   const __m512i m11 = _mm512_set1_epi32(0x7FF), m4 = _mm512_set1_epi32(0xF), lo32 = _mm512_set1_epi64(0xFFFFFFFF);
   const __m512i evens = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
   __m512i total = _mm512_setzero_si512();
@@ -600,27 +601,29 @@ inline uint64_t make_groups(const uint8_t* s, uint32_t n, __m512i tw0, __m512i t
     total = _mm512_add_epi64(total, l);
     // 16-symbol groups in the even words.
     const __m512i ch = _mm512_bsrli_epi128(c, 8), lh = _mm512_bsrli_epi128(l, 8);
-    store512(code16 + i / 8, _mm512_or_si512(_mm512_sllv_epi64(c, lh), ch));
-    store512(len16 + i / 8, _mm512_add_epi64(l, lh));
+    store512(g16 + i / 8, _mm512_mask_blend_epi64(0xAA, _mm512_or_si512(_mm512_sllv_epi64(c, lh), ch),
+                                                  _mm512_bslli_epi128(_mm512_add_epi64(l, lh), 8)));
   }
   return uint64_t(_mm512_reduce_add_epi64(total));
 }
 
-// Appends the len (1..56) low bits of `code` to a lane's bit string. acc's low nb (< 8 between
-// calls) bits are the pending ones; each call stores 8 bytes, the pending bits at the top, and
-// keeps the incomplete byte (the stream bytes equal huff_lanes.h's BitWriter's).
-inline void put_bits(uint64_t& acc, uint32_t& nb, uint8_t*& out, uint64_t code, uint32_t len) {
+// Appends the len (1..56) low bits of `code` to a lane's bit string at base. acc holds the string's
+// last 64 bits (older ones shift out), nbits its length. Each call stores the 8 bytes that end with
+// the byte holding the last bit, i.e. from byte ceil(nbits / 8) - 8 on (which may be before base:
+// lanes get 8 writable bytes in front), zero-padded: every byte a later call may still complete
+// is rewritten whole, because a group of at most 56 bits moves that window by at most 7 bytes (the
+// stream bytes equal huff_lanes.h's BitWriter's). Two dependency chains of one and two
+// instructions, and no pointer or pending-count updates: ~10 instructions a group instead of ~13.
+inline void put_bits(uint64_t& acc, uint64_t& nbits, uint8_t* base, uint64_t code, uint32_t len) {
   acc = (acc << len) | code;
-  nb += len;
-  const uint64_t v = __builtin_bswap64(acc << (64 - nb));
-  std::memcpy(out, &v, 8);
-  out += nb >> 3;
-  nb &= 7;
+  nbits += len;
+  const uint64_t v = __builtin_bswap64(acc << (-nbits & 7));
+  std::memcpy(base + ((nbits + 7) >> 3) - 8, &v, 8);
 }
 
-inline void put_symbols(uint64_t& acc, uint32_t& nb, uint8_t*& out, const uint8_t* s, uint32_t n,
+inline void put_symbols(uint64_t& acc, uint64_t& nbits, uint8_t* base, const uint8_t* s, uint32_t n,
                         const HuffCode& code) {
-  for (uint32_t i = 0; i < n; ++i) put_bits(acc, nb, out, code.code_of[s[i]], code.len_of[s[i]]);
+  for (uint32_t i = 0; i < n; ++i) put_bits(acc, nbits, base, code.code_of[s[i]], code.len_of[s[i]]);
 }
 
 size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out, size_t cap,
@@ -632,19 +635,19 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
   }
   const __m512i tw0 = load512(tw), tw1 = load512(tw + 32);
   const uint32_t per = lane_elems(m, lanes);
-  const size_t slot = (size_t(per) * kMaxCodeLen + 7) / 8 + 16;
-  alignas(64) uint8_t scratch[kMaxLaneBytes + 32 * kMaxLanes];
+  // Lane k's bytes from scratch + k * slot + 8 on, the 8 in front writable (put_bits).
+  const size_t slot = (size_t(per) * kMaxCodeLen + 7) / 8 + 8;
+  alignas(64) uint8_t scratch[kMaxLaneBytes + 16 * kMaxLanes];
   constexpr int kW = 2;  // lanes interleaved (more spill the writers to the stack)
-  alignas(64) uint64_t code8[kW][kMaxBlockElems / 8], code16[kW][kMaxBlockElems / 8];
-  alignas(64) uint64_t len8[kW][kMaxBlockElems / 8], len16[kW][kMaxBlockElems / 8];
+  alignas(64) uint64_t code8[kW][kMaxBlockElems / 8], len8[kW][kMaxBlockElems / 8],
+      g16[kW][kMaxBlockElems / 8];
   size_t total = 0;
   Ahead none;
   Ahead& ahead = ahead_io ? *ahead_io : none;
   for (int k0 = 0; k0 < lanes; k0 += kW) {
     const int n = lanes - k0 < kW ? lanes - k0 : kW;
     // Writer state in locals that are never address-taken, so that it stays in registers.
-    uint64_t acc[kW] = {0};
-    uint32_t nb[kW] = {0};
+    uint64_t acc[kW] = {0}, nb[kW] = {0};
     uint8_t* o[kW];
     uint32_t cnt[kW], vec[kW];
     uint64_t bits[kW];
@@ -653,8 +656,8 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
       cnt[j] = lane_count(m, per, k0 + j);
       vec[j] = cnt[j] & ~63u;
       s[j] = sym + size_t(k0 + j) * per;
-      o[j] = scratch + size_t(k0 + j) * slot;
-      bits[j] = make_groups(s[j], vec[j], tw0, tw1, code8[j], len8[j], code16[j], len16[j], ahead);
+      o[j] = scratch + size_t(k0 + j) * slot + 8;
+      bits[j] = make_groups(s[j], vec[j], tw0, tw1, code8[j], len8[j], g16[j], ahead);
     }
     // An 8-symbol group of more than 56 bits is coded symbol by symbol.
     auto put8 = [&](int j, uint32_t g) {
@@ -674,8 +677,8 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
       for (uint32_t i = 0; i < vec[0] / 16; ++i) {
 #pragma GCC unroll 2
         for (int j = 0; j < kW; ++j) {
-          if (__builtin_expect(len16[j][2 * i] <= 56, 1)) {
-            put_bits(acc[j], nb[j], o[j], code16[j][2 * i], uint32_t(len16[j][2 * i]));
+          if (__builtin_expect(g16[j][2 * i + 1] <= 56, 1)) {
+            put_bits(acc[j], nb[j], o[j], g16[j][2 * i], uint32_t(g16[j][2 * i + 1]));
           } else {
             put8(j, 2 * i);
             put8(j, 2 * i + 1);
@@ -689,11 +692,10 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
     }
     for (int j = 0; j < n; ++j) {
       put_symbols(acc[j], nb[j], o[j], s[j] + vec[j], cnt[j] - vec[j], code);
-      uint8_t* base = scratch + size_t(k0 + j) * slot;
       // The last partial byte was stored with the last bits (zero-padded); none if the lane is empty.
-      const size_t bytes = size_t(o[j] - base) + (nb[j] + 7) / 8;
+      const size_t bytes = size_t(nb[j] + 7) / 8;
       if (total + bytes > cap) return SIZE_MAX;
-      std::memcpy(out + total, base, bytes);
+      std::memcpy(out + total, o[j], bytes);
       lane_bytes[k0 + j] = uint16_t(bytes);
       total += bytes;
     }
