@@ -544,7 +544,26 @@ bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const
   } else {
     run(decode_groups<1, RegDecoder7>, decode_groups<2, RegDecoder7>);
   }
-  for (int k = 0; k < lanes; ++k) {
+  // Lanes the vector loop finished (a multiple of 4 symbols each: no tail) are checked as lane_ok
+  // checks them, 16 at a time from the vector end bits: the end byte is the next lane's start, and
+  // the last byte's bits past the end are zero (its 4-byte gather stays inside the readable range,
+  // as the windows did). Reading each end bit back as a scalar (a 4-byte load of a 64-byte vector
+  // store that has not left the store buffer) stalled ~5% of a block in cache.
+  int checked = 0;
+  if (per % 4 == 0) {
+    const __m512i seven = _mm512_set1_epi32(7), ff = _mm512_set1_epi32(0xFF);
+    for (; checked < vec; checked += 16) {
+      const __m512i p = load512(pos + checked);
+      const __m512i end = _mm512_srli_epi32(_mm512_add_epi32(p, seven), 3);
+      if (_mm512_cmpneq_epu32_mask(end, _mm512_loadu_si512(start + checked + 1))) return false;
+      const __m512i sh = _mm512_and_si512(p, seven);
+      const __mmask16 part = _mm512_test_epi32_mask(sh, sh);
+      const __m512i last =
+          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), part, _mm512_srli_epi32(p, 3), in, 1);
+      if (_mm512_mask_test_epi32_mask(part, last, _mm512_srlv_epi32(ff, sh))) return false;
+    }
+  }
+  for (int k = checked; k < lanes; ++k) {
     const uint32_t cnt = lane_count(m, per, k);
     const uint32_t from = k < vec ? 4 * quads : 0;
     uint64_t bit = k < vec ? pos[k] - uint64_t(start[k]) * 8 : 0;
