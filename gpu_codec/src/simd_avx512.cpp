@@ -578,12 +578,38 @@ bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const
 
 // ---- Huffman encode --------------------------------------------------------------------------
 
-// Groups of one lane's symbols, n of them (a multiple of 64). The symbols' entries e = code | len << 11
-// come from two byte tables indexed by symbol & 63 (tlo: e's low byte, thi: its high byte), one
-// vpermb each per 64 symbols, interleaved into words by the in-lane byte unpacks (so the first
-// register holds symbols 16j..16j+7 in 128-bit lane j, the second 16j+8..; the octets are put back
-// in order when the two registers are joined). One word permute per 32 symbols from zero-extended
-// bytes took ~12% longer (v1y).
+// The symbols' entries e = code | len << 11 as two byte tables (e's low and high bytes), looked up for
+// 64 symbols at a time. Alphabets spanning at most 64 values (exponent planes): one register each,
+// indexed by symbol & 63, one vpermb. Any other (an exponent plane with a zero or a denormal in
+// it spans 0x00 to ~0x80): four registers each, indexed by the symbol, two vpermi2b (bit 6 picks the
+// register of a pair) and a blend on bit 7 (~10 more uops per 64 symbols; the scalar lane coder
+// it replaces codes such a block ~4x slower).
+struct Lookup64 {
+  __m512i lo, hi;
+  Lookup64(const uint8_t* tl, const uint8_t* th) : lo(load512(tl)), hi(load512(th)) {}
+  static uint32_t index(uint32_t s) { return s & 63; }
+  void operator()(__m512i x, __m512i* elo, __m512i* ehi) const {
+    *elo = _mm512_permutexvar_epi8(x, lo), *ehi = _mm512_permutexvar_epi8(x, hi);
+  }
+};
+struct Lookup256 {
+  __m512i lo[4], hi[4];
+  Lookup256(const uint8_t* tl, const uint8_t* th) {
+    for (int i = 0; i < 4; ++i) lo[i] = load512(tl + 64 * i), hi[i] = load512(th + 64 * i);
+  }
+  static uint32_t index(uint32_t s) { return s; }
+  void operator()(__m512i x, __m512i* elo, __m512i* ehi) const {
+    const __mmask64 top = _mm512_movepi8_mask(x);
+    *elo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], x, lo[1]), _mm512_permutex2var_epi8(lo[2], x, lo[3]));
+    *ehi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], x, hi[1]), _mm512_permutex2var_epi8(hi[2], x, hi[3]));
+  }
+};
+
+// Groups of one lane's symbols, n of them (a multiple of 64). The entries of 64 symbols (Lookup*)
+// are interleaved into words by the in-lane byte unpacks (so the first register holds symbols
+// 16j..16j+7 in 128-bit lane j, the second 16j+8..; the octets are put back in order when the two
+// registers are joined). One word permute per 32 symbols from zero-extended bytes took ~12% longer
+// (v1y).
 // code8[i] = the codes of symbols 8i..8i+7 (right-aligned) and len8[i] their total length, exact
 // when that is at most 64 bits (coded as one piece when at most 56: nearly always, as that is 7 bits
 // a symbol); g16[2i] and g16[2i + 1] the code and the length of symbols 16i..16i+15 (one piece when
@@ -592,8 +618,9 @@ bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const
 // tree leaves them (the even words, the lengths moved up one): narrowing them to bytes and packing
 // the groups (two vpmovqb, two vpcompressq: 8 port-5 uops of ~22 per 64 symbols) cost more than
 // the larger stores. Returns the n symbols' total bits.
-inline uint64_t make_groups(const uint8_t* s, uint32_t n, __m512i tlo, __m512i thi, uint64_t* code8,
-                            uint64_t* len8, uint64_t* g16, Ahead& ahead) {
+template <class Lookup>
+inline uint64_t make_groups(const uint8_t* s, uint32_t n, const Lookup& lookup, uint64_t* code8, uint64_t* len8,
+                            uint64_t* g16, Ahead& ahead) {
   const __m512i m11 = _mm512_set1_epi32(0x7FF), m4 = _mm512_set1_epi32(0xF), lo32 = _mm512_set1_epi64(0xFFFFFFFF);
   const __m512i evens =
       _mm512_set_epi64(14, 6, 12, 4, 10, 2, 8, 0);  // octets 2j from the first, 2j+1 the second
@@ -602,7 +629,8 @@ inline uint64_t make_groups(const uint8_t* s, uint32_t n, __m512i tlo, __m512i t
     for (int r = 0; r < kAheadEncodeLines; ++r) prefetch_read(ahead), prefetch_write(ahead);
     __m512i oc[2], ol[2];
     const __m512i x = load512(s + i);
-    const __m512i elo = _mm512_permutexvar_epi8(x, tlo), ehi = _mm512_permutexvar_epi8(x, thi);
+    __m512i elo, ehi;
+    lookup(x, &elo, &ehi);
     for (int h = 0; h < 2; ++h) {
       // Per 32-bit word: e_even | e_odd << 16.
       const __m512i e = h ? _mm512_unpackhi_epi8(elo, ehi) : _mm512_unpacklo_epi8(elo, ehi);
@@ -653,15 +681,15 @@ inline void put_symbols(uint64_t& acc, uint64_t& nbits, uint8_t* base, const uin
   for (uint32_t i = 0; i < n; ++i) put_bits(acc, nbits, base, code.code_of[s[i]], code.len_of[s[i]]);
 }
 
-size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out, size_t cap,
-                   uint16_t* lane_bytes, Ahead* ahead_io) {
-  if (code.nsym > 64) return lanes_encode(sym, m, code, lanes, out, cap, lane_bytes);
-  alignas(64) uint8_t tl[64] = {0}, th[64] = {0};
+template <class Lookup>
+size_t huff_encode_with(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out, size_t cap,
+                        uint16_t* lane_bytes, Ahead* ahead_io) {
+  alignas(64) uint8_t tl[256] = {0}, th[256] = {0};
   for (uint32_t s = code.lo; s < code.lo + code.nsym; ++s) {
     const uint32_t e = code.code_of[s] | (code.len_of[s] << 11);
-    tl[s & 63] = uint8_t(e), th[s & 63] = uint8_t(e >> 8);
+    tl[Lookup::index(s)] = uint8_t(e), th[Lookup::index(s)] = uint8_t(e >> 8);
   }
-  const __m512i tlo = load512(tl), thi = load512(th);
+  const Lookup lookup(tl, th);
   const uint32_t per = lane_elems(m, lanes);
   // Lane k's bytes from scratch + k * slot + 8 on, the 8 in front writable (put_bits).
   const size_t slot = (size_t(per) * kMaxCodeLen + 7) / 8 + 8;
@@ -685,7 +713,7 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
       vec[j] = cnt[j] & ~63u;
       s[j] = sym + size_t(k0 + j) * per;
       o[j] = scratch + size_t(k0 + j) * slot + 8;
-      bits[j] = make_groups(s[j], vec[j], tlo, thi, code8[j], len8[j], g16[j], ahead);
+      bits[j] = make_groups(s[j], vec[j], lookup, code8[j], len8[j], g16[j], ahead);
     }
     // An 8-symbol group of more than 56 bits is coded symbol by symbol.
     auto put8 = [&](int j, uint32_t g) {
@@ -729,6 +757,12 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
     }
   }
   return total;
+}
+
+size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out, size_t cap,
+                   uint16_t* lane_bytes, Ahead* ahead) {
+  return code.nsym <= 64 ? huff_encode_with<Lookup64>(sym, m, code, lanes, out, cap, lane_bytes, ahead)
+                         : huff_encode_with<Lookup256>(sym, m, code, lanes, out, cap, lane_bytes, ahead);
 }
 
 Kernels make_avx512() {
