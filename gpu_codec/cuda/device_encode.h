@@ -24,7 +24,7 @@ constexpr uint8_t kPlaneCandidate = 4;  // transient: a full histogram and a cod
 // Fixed part of the encode CTA's shared memory.
 struct EncodeShared {
   uint32_t hist[4][256];         // sampled (every 8th) counts, then completed to the full histogram
-  uint32_t pre[3][256];          // planes 1-3: counts of every 32nd byte (the pre-screen)
+  uint32_t pre[4][256];          // counts of every 32nd byte (the pre-screen)
   uint16_t code[4][256];         // canonical code by symbol
   uint8_t len[4][256];           // code length by symbol (0: absent)
   uint32_t lane_bits[4][fmt::kMaxLanes];
@@ -138,7 +138,7 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
   const int tid = cta.tid(), nt = cta.size();
 
   for (int i = tid; i < 4 * 256; i += nt) (&sh.hist[0][0])[i] = 0;
-  for (int i = tid; i < 3 * 256; i += nt) (&sh.pre[0][0])[i] = 0;
+  for (int i = tid; i < 4 * 256; i += nt) (&sh.pre[0][0])[i] = 0;
   if (tid == 0) {
     sh.flags = 0;
     for (int p = 0; p < 4; ++p) sh.bmin[p] = 255, sh.bmax[p] = 0, sh.sampled[p] = 0;
@@ -170,8 +170,7 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
   }
   cta.sync();
   // Sampled histogram (every kScreenStride-th element) of every plane: the screen for planes > 0,
-  // and the first part of each full histogram; every 4th of those samples of planes > 0 is also the
-  // pre-screen's.
+  // and the first part of each full histogram; every 4th of those samples is also the pre-screen's.
   const uint32_t samples = policy::screen_samples(m);
   constexpr uint32_t kPreEvery = policy::kPrescreenStride / policy::kScreenStride;
   for (uint32_t s = uint32_t(tid); s < samples * uint32_t(np); s += uint32_t(nt)) {
@@ -179,7 +178,7 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
     const uint32_t k = s % samples;
     const uint8_t b = planes[size_t(p) * stride + k * policy::kScreenStride];
     cta.hist_add(sh.hist[p], b);
-    if (p > 0 && k % kPreEvery == 0) cta.hist_add(sh.pre[p - 1], b);
+    if (k % kPreEvery == 0) cta.hist_add(sh.pre[p], b);
   }
   cta.sync();
 
@@ -189,8 +188,7 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
     if (!(sh.flags & (1u << p))) {
       mode = fmt::kPlaneConst;
       sh.value[p] = planes[size_t(p) * stride];
-    } else if (p == 0 ||
-               (!prescreen_raw(sh.pre[p - 1], m) && policy::screen_says_code(sh.hist[p], samples))) {
+    } else if (!prescreen_raw(sh.pre[p], m) && (p == 0 || policy::screen_says_code(sh.hist[p], samples))) {
       mode = kPlaneCandidate;
       if (policy::sample_suffices(sh.hist[p], samples, sh.bmin[p], sh.bmax[p])) {
         policy::sampled_counts(sh.hist[p], sh.bmin[p], sh.bmax[p]);

@@ -78,8 +78,7 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
       plan[p] = {kPlaneConst, planes[p][0], nullptr, 0};
       continue;
     }
-    if (p != 0 &&
-        policy::prescreen_says_raw(m >= policy::kPrescreenMinElems ? prescreen_sum(planes[p], m) : 0, m)) {
+    if (policy::prescreen_says_raw(m >= policy::kPrescreenMinElems ? prescreen_sum(planes[p], m) : 0, m)) {
       continue;
     }
     uint32_t freq[256];

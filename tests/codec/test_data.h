@@ -97,16 +97,17 @@ inline std::vector<uint8_t> special_bf16(size_t count, uint32_t seed) {
   return bytes_of(v.data(), 2 * count);
 }
 
-// bf16 whose sign+mantissa plane (FORMAT.md section 3: plane 1) is the pre-screen's blind spot
-// (encoder_policy.h): element i carries byte (i / 32) mod 256 there when i is a multiple of 32
-// (the pre-screen's samples: all different within a block of 8192), `fill` elsewhere (so the screen's
-// every-8th-byte sample sees three quarters equal). The exponent is 127 throughout. With
+// bf16 whose plane `plane` (FORMAT.md section 3: 0 the exponent, 1 sign+mantissa) is the pre-screen's
+// blind spot (encoder_policy.h): element i carries byte (i / 32) mod 256 there when i is a multiple
+// of 32 (the pre-screen's samples: all different within a block of 8192), `fill` elsewhere (so the
+// screen's every-8th-byte sample sees three quarters equal). The other plane is 0x3F throughout. With
 // distinct = false every element carries `fill`.
-inline std::vector<uint8_t> prescreen_blind_bf16(size_t count, uint8_t fill, bool distinct) {
+inline std::vector<uint8_t> prescreen_blind_bf16(size_t count, uint8_t fill, bool distinct, int plane = 1) {
   std::vector<uint16_t> v(count);
   for (size_t i = 0; i < count; ++i) {
     const uint8_t b = distinct && i % 32 == 0 ? uint8_t(i / 32) : fill;
-    v[i] = uint16_t((b & 0x80) << 8 | 0x3F80 | (b & 0x7F));
+    const uint8_t p0 = plane == 0 ? b : 0x3F, p1 = plane == 0 ? 0x3F : b;
+    v[i] = uint16_t((p1 & 0x80) << 8 | p0 << 7 | (p1 & 0x7F));
   }
   return bytes_of(v.data(), 2 * count);
 }

@@ -238,10 +238,9 @@ TEST(RoundTrip, SimdFramesEqualScalarOnRandomShapes) {
   }
 }
 
-// The pre-screen (encoder_policy.h) decides on every 32nd byte of a plane other than plane 0, in
-// blocks of at least 8192 elements: when those samples are all different the plane is RAW even though
-// every other byte equals one value; when they equal it too the plane is coded. Smaller blocks skip
-// the pre-screen.
+// The pre-screen (encoder_policy.h) decides on every 32nd byte of each plane, in blocks of at least
+// 8192 elements: when those samples are all different the plane is RAW even though every other byte
+// equals one value; when they equal it too the plane is coded. Smaller blocks skip the pre-screen.
 TEST(Frame, PrescreenDecidesOnEvery32ndByte) {
   const size_t n = 4 * 8192;
   auto size_of = [&](const std::vector<uint8_t>& in, int block_log2) {
@@ -252,11 +251,14 @@ TEST(Frame, PrescreenDecidesOnEvery32ndByte) {
     EXPECT_TRUE(r.back == in);
     return r.frame.size();
   };
-  const auto blind = testing::prescreen_blind_bf16(n, 0x11, true);
-  const auto plain = testing::prescreen_blind_bf16(n, 0x11, false);
-  EXPECT_GT(size_of(blind, 13), n);      // plane 1 RAW in every block: over a byte an element
-  EXPECT_LT(size_of(plain, 13), n / 8);  // plane 1 coded (CONST)
-  EXPECT_LT(size_of(blind, 12), n / 4);  // 4096-element blocks: no pre-screen, plane 1 coded
+  for (int plane : {0, 1}) {
+    SCOPED_TRACE(::testing::Message() << "plane " << plane);
+    const auto blind = testing::prescreen_blind_bf16(n, 0x11, true, plane);
+    const auto plain = testing::prescreen_blind_bf16(n, 0x11, false, plane);
+    EXPECT_GT(size_of(blind, 13), n);      // the plane RAW in every block: over a byte an element
+    EXPECT_LT(size_of(plain, 13), n / 8);  // the plane coded (CONST)
+    EXPECT_LT(size_of(blind, 12), n / 4);  // 4096-element blocks: no pre-screen, the plane coded
+  }
 }
 
 TEST(Frame, SmallCapacityFallsBackOrFails) {

@@ -45,7 +45,8 @@ TEST(Emulated, FramesMatchCpuPerType) {
         {special_bf16(n, 5), ElemType::kBf16},
         {sparse_low16_fp32(n, 0.1, 6, 5.0), ElemType::kFp32},
         {sparse_low16_fp32(n, 0.1, 7, 60.0), ElemType::kFp32},
-        {prescreen_blind_bf16(n, 0x11, true), ElemType::kBf16},  // the pre-screen says RAW
+        {prescreen_blind_bf16(n, 0x11, true, 0), ElemType::kBf16},  // the pre-screen says RAW (plane 0)
+        {prescreen_blind_bf16(n, 0x11, true, 1), ElemType::kBf16},  // and plane 1
     };
     expect_same_frames(in, 13);
   }
