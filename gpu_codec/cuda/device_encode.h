@@ -33,7 +33,9 @@ struct EncodeShared {
   uint32_t lo[4], nsym[4], data_at[4];
   uint32_t except[4];            // SPARSE: bytes other than the base (sh.value)
   uint32_t bmin[4], bmax[4];     // smallest and largest byte of each plane
-  uint8_t sampled[4];            // the plane's code comes from the sampled histogram
+  uint8_t sampled[4];            // the plane's code comes from: 0 the histogram, 1 the sample, 2 the
+                                 // sample inside [clo, chi] and exact counts outside (sample_core)
+  uint32_t clo[4], chi[4];
   uint8_t mode[4], value[4];
   uint32_t flags;        // bit p: plane p not all equal; bit 4: an element differs from `first`
   uint32_t block_bytes;
@@ -193,21 +195,29 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
       if (policy::sample_suffices(sh.hist[p], samples, sh.bmin[p], sh.bmax[p])) {
         policy::sampled_counts(sh.hist[p], sh.bmin[p], sh.bmax[p]);
         sh.sampled[p] = 1;
+      } else if (policy::sample_core(sh.hist[p], samples, sh.bmin[p], sh.bmax[p], &sh.clo[p], &sh.chi[p])) {
+        policy::core_counts(sh.hist[p], sh.bmin[p], sh.bmax[p], sh.clo[p], sh.chi[p]);
+        sh.sampled[p] = 2;
       }
     }
     sh.mode[p] = mode;
   }
   cta.sync();
 
-  // Complete the histograms of candidate planes with the unsampled elements (4 bytes per step).
+  // Complete the histograms of candidate planes (4 bytes per step): with the unsampled elements, or,
+  // for a core plane (sampled 2), with every element outside its core.
   const uint32_t words = (m + 3) / 4;
   for (int p = 0; p < np; ++p) {
-    if (sh.mode[p] != kPlaneCandidate || sh.sampled[p]) continue;
+    if (sh.mode[p] != kPlaneCandidate || sh.sampled[p] == 1) continue;
     const uint8_t* pl = planes + size_t(p) * stride;
+    const bool core = sh.sampled[p] == 2;
+    const uint32_t clo = sh.clo[p], chi = sh.chi[p];
     for (uint32_t w = uint32_t(tid); w < words; w += uint32_t(nt)) {
       for (uint32_t j = 0; j < 4; ++j) {
         const uint32_t i = 4 * w + j;
-        if (i < m && i % policy::kScreenStride) cta.hist_add(sh.hist[p], pl[i]);
+        if (i >= m) continue;
+        const uint32_t v = pl[i];
+        if (core ? v < clo || v > chi : i % policy::kScreenStride != 0) cta.hist_add(sh.hist[p], v);
       }
     }
   }

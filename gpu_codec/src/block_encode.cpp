@@ -87,8 +87,12 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
     if (p != 0 && !policy::screen_says_code(freq, samples)) continue;
     uint32_t lo = lo0, hi = hi0;
     if (!known) k.minmax(planes[p], m, &lo, &hi);
+    uint32_t clo, chi;
     if (policy::sample_suffices(freq, samples, lo, hi)) {
       policy::sampled_counts(freq, lo, hi);
+    } else if (policy::sample_core(freq, samples, lo, hi, &clo, &chi)) {
+      policy::core_counts(freq, lo, hi, clo, chi);
+      (k.count_outside ? k.count_outside : count_outside_scalar)(planes[p], m, clo, chi, freq);
     } else {
       k.histogram(planes[p], m, freq);
     }

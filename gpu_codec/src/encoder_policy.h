@@ -74,6 +74,51 @@ ZIPCCL_HD void sampled_counts(uint32_t* freq, uint32_t lo, uint32_t hi) {
   for (uint32_t s = lo; s <= hi && s < 256; ++s) freq[s] = freq[s] * kScreenStride + 1;  // zero elsewhere
 }
 
+// When the sample's range is not dense (sample_suffices fails on that alone) because of a few values
+// far from the rest (a zero, denormals or outliers next to an exponent plane's few dozen values: a
+// single 0x00 stretches the range to 0x00-0x7x), its dense core is found by dropping sampled values
+// from the ends of the range, each time the end farther from its inner neighbour, until the rest
+// [*clo, *chi] is dense as above. The code is then built from the sample inside the core
+// (core_counts) and from exact counts of the plane's bytes outside it (a pass that only counts the
+// rare ones, instead of a histogram of every byte). Fails when a value holds half the sample (CONST
+// or SPARSE may win: the exact histogram decides), when fewer than two values would remain, or when
+// more than a quarter of the sample lies outside the core.
+ZIPCCL_HD bool sample_core(const uint32_t* sample_freq, uint32_t samples, uint32_t lo, uint32_t hi,
+                           uint32_t* clo, uint32_t* chi) {
+  uint32_t distinct = 0, top = 0, i = 256, j = 0;
+  for (uint32_t s = lo; s <= hi && s < 256; ++s) {
+    if (!sample_freq[s]) continue;
+    ++distinct;
+    top = sample_freq[s] > top ? sample_freq[s] : top;
+    i = s < i ? s : i;
+    j = s;
+  }
+  if (distinct < 2 || 2 * top >= samples) return false;
+  uint32_t outside = 0;
+  while (j - i + 1 > 2 * distinct + 8) {
+    uint32_t ni = i + 1, pj = j - 1;  // the inner neighbours (distinct >= 2: both exist)
+    while (!sample_freq[ni]) ++ni;
+    while (!sample_freq[pj]) --pj;
+    if (ni - i >= j - pj) {
+      outside += sample_freq[i], i = ni;
+    } else {
+      outside += sample_freq[j], j = pj;
+    }
+    if (--distinct < 2) return false;
+  }
+  if (4 * outside > samples) return false;
+  *clo = i, *chi = j;
+  return true;
+}
+
+// The counts of a core plane's code, in place: inside [clo, chi] as sampled_counts; outside, zero,
+// for the exact counts of those bytes to be added.
+ZIPCCL_HD void core_counts(uint32_t* freq, uint32_t lo, uint32_t hi, uint32_t clo, uint32_t chi) {
+  for (uint32_t s = lo; s <= hi && s < 256; ++s) {
+    freq[s] = s >= clo && s <= chi ? freq[s] * kScreenStride + 1 : 0;
+  }
+}
+
 // The 97% rule: HUFF when the estimated plane (descriptor + coded bits + ~4 bits per lane for each
 // lane's last byte) is at most 97% of the raw plane.
 ZIPCCL_HD size_t huff_estimate_bytes(uint32_t nsym, uint64_t bits, int lanes) {

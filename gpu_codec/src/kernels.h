@@ -55,10 +55,15 @@ struct Kernels {
   // split16 that also gives plane 0's smallest and largest byte (m >= 1), found while the plane is in
   // registers (encode_block would read it again for them). nullptr where a set has none.
   void (*split16_range)(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1, uint32_t* lo, uint32_t* hi);
+  // Adds to freq the counts of the m bytes below clo or above chi (encoder_policy.h sample_core: a
+  // few in a block). nullptr where a set has none (count_outside_scalar is used).
+  void (*count_outside)(const uint8_t* p, uint32_t m, uint32_t clo, uint32_t chi, uint32_t* freq);
 };
 
 // The scalar kernel set's minmax, for the SIMD sets' tails.
 void minmax_scalar(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi);
+// The scalar kernel set's count_outside (also the AVX2 and NEON sets').
+void count_outside_scalar(const uint8_t* p, uint32_t m, uint32_t clo, uint32_t chi, uint32_t* freq);
 // The scalar kernel set's sample_histogram (also the AVX2 and NEON sets').
 void sample_histogram_scalar(const uint8_t* p, uint32_t m, uint32_t* freq);
 // The scalar kernel set's lane coder (huff_lanes.h), exported for tests.
@@ -68,6 +73,20 @@ bool huff_decode_lanes(const uint8_t* in, const uint16_t* lane_bytes, int lanes,
                        uint32_t m, uint8_t* out, const uint8_t* readable_end);
 
 const Kernels& scalar_kernels();
+// A kernel set's own plane and lane kernels (Kernels' members of the same names).
+struct OwnKernels {
+  decltype(Kernels::split16) split16;
+  decltype(Kernels::merge16) merge16;
+  decltype(Kernels::split32) split32;
+  decltype(Kernels::merge32) merge32;
+  decltype(Kernels::histogram) histogram;
+  decltype(Kernels::minmax) minmax;
+  decltype(Kernels::huff_encode) huff_encode;
+  decltype(Kernels::huff_decode) huff_decode;
+};
+// The scalar set with those in place (the AVX2 and NEON sets: their sample counts, count_outside and
+// table kind stay the scalar set's).
+Kernels scalar_with(const char* name, const OwnKernels& own);
 // nullptr when this build or CPU has no AVX2 / no AVX-512 (F, BW, VL, DQ, VBMI, VBMI2 and BMI2;
 // x86-64) / no NEON (AArch64).
 const Kernels* avx2_kernels();

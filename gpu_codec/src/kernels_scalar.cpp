@@ -91,12 +91,21 @@ void sample_histogram_scalar(const uint8_t* p, uint32_t m, uint32_t* freq) {
   for (int s = 0; s < 256; ++s) freq[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
 }
 
+void count_outside_scalar(const uint8_t* p, uint32_t m, uint32_t clo, uint32_t chi, uint32_t* freq) {
+  for (uint32_t i = 0; i < m; ++i) {
+    if (p[i] < clo || p[i] > chi) freq[p[i]]++;
+  }
+}
+
 namespace {
 
-const Kernels kScalar = {"scalar",       split16,        merge16,          nullptr,
-                         split32,        merge32,        histogram,        minmax_scalar,
-                         lanes_encode_k, lanes_decode_k, TableKind::kPair, sample_histogram_scalar,
-                         nullptr};
+const Kernels kScalar = {"scalar",         split16,
+                         merge16,          nullptr,
+                         split32,          merge32,
+                         histogram,        minmax_scalar,
+                         lanes_encode_k,   lanes_decode_k,
+                         TableKind::kPair, sample_histogram_scalar,
+                         nullptr,          count_outside_scalar};
 
 }  // namespace
 
@@ -111,6 +120,15 @@ bool huff_decode_lanes(const uint8_t* in, const uint16_t* lane_bytes, int lanes,
 }
 
 const Kernels& scalar_kernels() { return kScalar; }
+
+Kernels scalar_with(const char* name, const OwnKernels& own) {
+  Kernels k = kScalar;
+  k.name = name;
+  k.split16 = own.split16, k.merge16 = own.merge16, k.split32 = own.split32, k.merge32 = own.merge32;
+  k.histogram = own.histogram, k.minmax = own.minmax;
+  k.huff_encode = own.huff_encode, k.huff_decode = own.huff_decode;
+  return k;
+}
 
 const Kernels* simd_kernels() {
   if (const Kernels* k = avx512_kernels()) return k;

@@ -101,16 +101,14 @@ void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
   *lo = x, *hi = y;
 }
 
-const Kernels kAvx2 = {"avx2",         split16,        merge16,          nullptr,
-                       split32,        merge32,        histogram,        minmax,
-                       lanes_encode_k, lanes_decode_k, TableKind::kPair, sample_histogram_scalar,
-                       nullptr};
-
 }  // namespace
 
 const Kernels* avx2_kernels() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
-  return ok ? &kAvx2 : nullptr;
+  // This file's kernels (the lane coders: its own build of huff_lanes.h); the rest the scalar set's.
+  static const Kernels k = scalar_with(
+      "avx2", {split16, merge16, split32, merge32, histogram, minmax, lanes_encode_k, lanes_decode_k});
+  return ok ? &k : nullptr;
 }
 
 }  // namespace codec

@@ -13,10 +13,11 @@
 //   block's 32 lanes) are interleaved, each lane being one dependency chain. Lanes the vector loop cannot
 //   take (a block's last, shorter lanes, streams ending within 16 bytes of the readable end) are decoded one
 //   symbol at a time with the same tables, and every lane is checked as the scalar decoder checks it.
-// - encode: codes and lengths of 32 symbols come from one word permute (alphabets spanning at most
-//   64 values), are joined into groups of 2, 4, 8 and 16 with variable shifts, and a scalar loop
-//   appends one group of 16 (or, where a lane's codes are longer, of 8) per step to each lane's
-//   bit string, two lanes interleaved; a group over 56 bits is split.
+// - encode: codes and lengths of 64 symbols come from byte-table permutes (one vpermb per table for
+//   alphabets spanning at most 64 values, four registers per table past that), are joined into
+//   groups of 2, 4, 8 and 16 with variable shifts, and a scalar loop appends one group of 16 (or,
+//   where a lane's codes are longer, of 8) per step to each lane's bit string, two lanes
+//   interleaved; a group over 56 bits is split.
 #include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
@@ -233,6 +234,24 @@ void sample_histogram(const uint8_t* p, uint32_t m, uint32_t* freq) {
           _mm512_mask_add_epi8(acc, _mm512_mask_cmpeq_epi8_mask(tail, load512(s + 64 * full), vc), acc, one);
     freq[c] = uint32_t(_mm512_reduce_add_epi64(_mm512_sad_epu8(acc, zero)));
   }
+}
+
+// Kernels::count_outside: the bytes outside [clo, chi] of 64 at a time compressed into a buffer by
+// one vpcompressb (none in most vectors), then counted.
+void count_outside(const uint8_t* p, uint32_t m, uint32_t clo, uint32_t chi, uint32_t* freq) {
+  alignas(64) uint8_t found[kMaxBlockElems + 64];
+  const __m512i a = _mm512_set1_epi8(char(clo)), b = _mm512_set1_epi8(char(chi));
+  uint32_t n = 0, i = 0;
+  for (; i + 64 <= m && m <= kMaxBlockElems; i += 64) {
+    const __m512i x = load512(p + i);
+    const __mmask64 k = _mm512_cmplt_epu8_mask(x, a) | _mm512_cmpgt_epu8_mask(x, b);
+    if (k) {
+      store512(found + n, _mm512_maskz_compress_epi8(k, x));
+      n += uint32_t(_mm_popcnt_u64(k));
+    }
+  }
+  for (uint32_t j = 0; j < n; ++j) freq[found[j]]++;
+  count_outside_scalar(p + i, m - i, clo, chi, freq);
 }
 
 // ---- Huffman decode --------------------------------------------------------------------------
@@ -774,6 +793,7 @@ Kernels make_avx512() {
   k.merge16_stream = merge16_stream;
   k.minmax = minmax;
   k.sample_histogram = sample_histogram;
+  k.count_outside = count_outside;
   k.huff_encode = huff_encode;
   k.huff_decode = huff_decode;
   k.table_kind = TableKind::kReg;

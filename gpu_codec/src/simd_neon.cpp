@@ -104,16 +104,14 @@ void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
   *lo = x, *hi = y;
 }
 
-const Kernels kNeon = {"neon",         split16,        merge16,          nullptr,
-                       split32,        merge32,        histogram,        minmax,
-                       lanes_encode_k, lanes_decode_k, TableKind::kPair, sample_histogram_scalar,
-                       nullptr};
-
 }  // namespace
 
 const Kernels* neon_kernels() {
   static const bool ok = (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
-  return ok ? &kNeon : nullptr;
+  // This file's kernels (the lane coders: its own build of huff_lanes.h); the rest the scalar set's.
+  static const Kernels k = scalar_with(
+      "neon", {split16, merge16, split32, merge32, histogram, minmax, lanes_encode_k, lanes_decode_k});
+  return ok ? &k : nullptr;
 }
 
 }  // namespace codec

@@ -112,6 +112,21 @@ inline std::vector<uint8_t> prescreen_blind_bf16(size_t count, uint8_t fill, boo
   return bytes_of(v.data(), 2 * count);
 }
 
+// Gaussian bf16 with a few exact zeros and denormals sprinkled in (per_mille of the elements; dropout
+// and masked positions in real gradients): the exponent plane's range then starts at 0x00, far
+// below its dense core (encoder_policy.h sample_core).
+inline std::vector<uint8_t> sprinkled_bf16(size_t count, double sigma, uint32_t seed, double per_mille) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, float(sigma));
+  std::uniform_real_distribution<double> u(0.0, 1000.0);
+  std::vector<uint16_t> v(count);
+  for (auto& x : v) {
+    const double r = u(rng);
+    x = r < per_mille / 2 ? 0 : r < per_mille ? uint16_t(1 + rng() % 0x7F) : float_to_bf16(d(rng));
+  }
+  return bytes_of(v.data(), 2 * count);
+}
+
 // A message of random shape, for properties that must hold on any input (frames equal across
 // kernel sets and between the CPU and GPU encoders): element kind (0 bf16, 1 fp16, 2 fp32), length
 // log-uniform over 1..40000 elements (plus a stray tail byte now and then), scale log-uniform over

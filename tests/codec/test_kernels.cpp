@@ -176,6 +176,46 @@ TEST(Kernels, SampleHistogramMatchesScalar) {
   }
 }
 
+// The exact counts outside a plane's core (encoder_policy.h sample_core): each set adds what the
+// scalar loop adds, for cores at the edges and in the middle, outliers dense or rare, and every
+// length class around the 64-byte step.
+TEST(Kernels, CountOutsideMatchesScalar) {
+  if (variants().empty()) GTEST_SKIP() << "no SIMD kernels on this CPU/build";
+  std::mt19937 rng(6);
+  for (uint32_t m : {1u, 63u, 64u, 65u, 127u, 1000u, 8192u, 16384u}) {
+    for (auto core : {std::pair<uint32_t, uint32_t>{0, 0}, {0, 100}, {90, 130}, {200, 255}, {255, 255}}) {
+      for (uint32_t per_mille : {0u, 2u, 100u, 1000u}) {
+        std::vector<uint8_t> in(m);
+        for (auto& b : in) {
+          b = rng() % 1000 < per_mille ? uint8_t(rng())
+                                       : uint8_t(core.first + rng() % (core.second - core.first + 1));
+        }
+        uint32_t h1[256], h2[256];
+        std::fill(h1, h1 + 256, 7u);
+        count_outside_scalar(in.data(), m, core.first, core.second, h1);
+        uint32_t added = 0;
+        for (uint32_t c = 0; c < 256; ++c) {
+          if (c >= core.first && c <= core.second) {
+            ASSERT_EQ(h1[c], 7u);
+          }
+          added += h1[c] - 7;
+        }
+        ASSERT_EQ(added, uint32_t(std::count_if(in.begin(), in.end(), [&](uint8_t b) {
+                    return b < core.first || b > core.second;
+                  })));
+        for (const Kernels* v : variants()) {
+          SCOPED_TRACE(::testing::Message() << v->name << " m " << m << " core " << core.first << "-"
+                                            << core.second << " per mille " << per_mille);
+          ASSERT_NE(v->count_outside, nullptr);
+          std::fill(h2, h2 + 256, 7u);
+          v->count_outside(in.data(), m, core.first, core.second, h2);
+          ASSERT_TRUE(std::equal(h1, h1 + 256, h2));
+        }
+      }
+    }
+  }
+}
+
 TEST(Kernels, HuffmanLanesRoundTripAndRejectBadLengths) {
   std::mt19937 rng(2);
   for (int trial = 0; trial < 400; ++trial) {

@@ -47,6 +47,8 @@ TEST(Emulated, FramesMatchCpuPerType) {
         {sparse_low16_fp32(n, 0.1, 7, 60.0), ElemType::kFp32},
         {prescreen_blind_bf16(n, 0x11, true, 0), ElemType::kBf16},  // the pre-screen says RAW (plane 0)
         {prescreen_blind_bf16(n, 0x11, true, 1), ElemType::kBf16},  // and plane 1
+        {sprinkled_bf16(n, 1e-3, 8, 2.0), ElemType::kBf16},         // sampled core, exact outliers
+        {sprinkled_bf16(n, 1.0, 9, 40.0), ElemType::kBf16},
     };
     expect_same_frames(in, 13);
   }

@@ -90,6 +90,41 @@ TEST(Policy, Thresholds) {
   EXPECT_TRUE(policy::prescreen_says_raw(339, 8192));
   EXPECT_FALSE(policy::prescreen_says_raw(340, 8192));
   EXPECT_FALSE(policy::prescreen_says_raw(0, 8191));  // smaller blocks are not pre-screened
+}
+
+// sample_core: far values are dropped from the ends of the range, the end farther from its inner
+// neighbour first, until the rest is dense; the core's counts are the sampled ones, everything
+// outside zero (for the exact counts).
+TEST(Policy, SampleCore) {
+  uint32_t f[256] = {0};
+  for (uint32_t s = 100; s < 120; ++s) f[s] = 50;  // 1000 samples over 20 values
+  f[0] = 3, f[2] = 1, f[250] = 2;                  // 6 more, far away: 250 goes, then 0, then 2
+  uint32_t clo = 0, chi = 0;
+  EXPECT_FALSE(policy::sample_suffices(f, 1006, 0, 250));
+  ASSERT_TRUE(policy::sample_core(f, 1006, 0, 250, &clo, &chi));
+  EXPECT_EQ(clo, 100u);
+  EXPECT_EQ(chi, 119u);
+  uint32_t g[256];
+  std::copy(f, f + 256, g);
+  policy::core_counts(g, 0, 250, clo, chi);
+  EXPECT_EQ(g[0], 0u);
+  EXPECT_EQ(g[250], 0u);
+  EXPECT_EQ(g[100], 50u * policy::kScreenStride + 1);
+  // Zero and Inf/NaN exponents (0x00, 0xFF) around a core with gaps of 3 (7 values over 19: dense).
+  uint32_t h[256] = {0};
+  for (uint32_t s = 60; s <= 78; s += 3) h[s] = 100;
+  h[0] = 2, h[255] = 1;
+  ASSERT_TRUE(policy::sample_core(h, 703, 0, 255, &clo, &chi));
+  EXPECT_EQ(clo, 60u);
+  EXPECT_EQ(chi, 78u);
+  // More than a quarter outside the core, or one value holding half the sample: no core.
+  uint32_t q[256] = {0};
+  for (uint32_t s = 100; s < 120; ++s) q[s] = 30;
+  q[0] = 250;
+  EXPECT_FALSE(policy::sample_core(q, 850, 0, 119, &clo, &chi));
+  uint32_t t[256] = {0};
+  t[100] = 600, t[101] = 400, t[0] = 24;
+  EXPECT_FALSE(policy::sample_core(t, 1024, 0, 101, &clo, &chi));
   EXPECT_EQ(policy::screen_samples(8193), 1025u);
   // 8192 symbols at ~3 bits: HUFF; at 7.9 bits: not.
   EXPECT_TRUE(policy::huff_estimate_pays(40, 8192 * 3, 32, 8192));
