@@ -92,7 +92,7 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
       policy::sampled_counts(freq, lo, hi);
     } else if (policy::sample_core(freq, samples, lo, hi, &clo, &chi)) {
       policy::core_counts(freq, lo, hi, clo, chi);
-      (k.count_outside ? k.count_outside : count_outside_scalar)(planes[p], m, clo, chi, freq);
+      k.count_outside(planes[p], m, clo, chi, freq);
     } else {
       k.histogram(planes[p], m, freq);
     }

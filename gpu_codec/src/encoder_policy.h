@@ -60,13 +60,25 @@ ZIPCCL_HD bool screen_says_code(const uint32_t* sample_freq, uint32_t samples) {
 // least 1, so each byte that occurs gets a code. On exponent planes the lengths cost ~0.05% of
 // ratio against the exact histogram's, for an eighth of the counting.
 // The sample lies in the plane's [lo, hi], so only that range is scanned.
-ZIPCCL_HD bool sample_suffices(const uint32_t* sample_freq, uint32_t samples, uint32_t lo, uint32_t hi) {
-  uint32_t distinct = 0, top = 0;
+// The sample's values in [lo, hi]: how many distinct, the largest count, the smallest and largest.
+struct SampleStats {
+  uint32_t distinct = 0, top = 0, first = 256, last = 0;
+};
+ZIPCCL_HD SampleStats sample_stats(const uint32_t* sample_freq, uint32_t lo, uint32_t hi) {
+  SampleStats st;
   for (uint32_t s = lo; s <= hi && s < 256; ++s) {
-    distinct += sample_freq[s] != 0;
-    top = sample_freq[s] > top ? sample_freq[s] : top;
+    if (!sample_freq[s]) continue;
+    ++st.distinct;
+    st.top = sample_freq[s] > st.top ? sample_freq[s] : st.top;
+    st.first = s < st.first ? s : st.first;
+    st.last = s;
   }
-  return hi >= lo && hi - lo + 1 <= 2 * distinct + 8 && 2 * top < samples;
+  return st;
+}
+
+ZIPCCL_HD bool sample_suffices(const uint32_t* sample_freq, uint32_t samples, uint32_t lo, uint32_t hi) {
+  const SampleStats st = sample_stats(sample_freq, lo, hi);
+  return hi >= lo && hi - lo + 1 <= 2 * st.distinct + 8 && 2 * st.top < samples;
 }
 
 // The counts a sampled plane's code is built from, in place: sample count x stride, plus 1 in [lo, hi].
@@ -85,15 +97,9 @@ ZIPCCL_HD void sampled_counts(uint32_t* freq, uint32_t lo, uint32_t hi) {
 // more than a quarter of the sample lies outside the core.
 ZIPCCL_HD bool sample_core(const uint32_t* sample_freq, uint32_t samples, uint32_t lo, uint32_t hi,
                            uint32_t* clo, uint32_t* chi) {
-  uint32_t distinct = 0, top = 0, i = 256, j = 0;
-  for (uint32_t s = lo; s <= hi && s < 256; ++s) {
-    if (!sample_freq[s]) continue;
-    ++distinct;
-    top = sample_freq[s] > top ? sample_freq[s] : top;
-    i = s < i ? s : i;
-    j = s;
-  }
-  if (distinct < 2 || 2 * top >= samples) return false;
+  const SampleStats st = sample_stats(sample_freq, lo, hi);
+  uint32_t distinct = st.distinct, i = st.first, j = st.last;
+  if (distinct < 2 || 2 * st.top >= samples) return false;
   uint32_t outside = 0;
   while (j - i + 1 > 2 * distinct + 8) {
     uint32_t ni = i + 1, pj = j - 1;  // the inner neighbours (distinct >= 2: both exist)

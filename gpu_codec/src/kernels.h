@@ -56,7 +56,7 @@ struct Kernels {
   // registers (encode_block would read it again for them). nullptr where a set has none.
   void (*split16_range)(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1, uint32_t* lo, uint32_t* hi);
   // Adds to freq the counts of the m bytes below clo or above chi (encoder_policy.h sample_core: a
-  // few in a block). nullptr where a set has none (count_outside_scalar is used).
+  // few in a block). Every set has one (the scalar one where it has no own).
   void (*count_outside)(const uint8_t* p, uint32_t m, uint32_t clo, uint32_t chi, uint32_t* freq);
 };
 
