@@ -41,25 +41,34 @@ struct PairEntry {
 // longer than 6 bits weigh at most 1/32: every exponent plane of the benchmark sets and the sample
 // tensors), so that each table is 64 bytes, one single-register permute (vpermb: 1 uop, 3 cycles,
 // against 2 uops and 5 for the two-register vpermt2b); else b = 7 (fp16's flatter high bytes, now and
-// then). When neither fits, the pair table is built as well and the kernels use it.
+// then). When neither fits, the gather table (below) or the pair table is built instead.
 struct RegTables {
   alignas(64) uint8_t len[256];
   alignas(64) uint8_t sym[256];
   uint32_t short_bits = 7;
 };
+// Where the register tables do not fit (kRegGather), the AVX-512 decoder gathers from a single-symbol
+// table instead, 32-bit entries len | symbol << 24 for every 11-bit window (fmt::fill_decode_table),
+// built in the pair table's place (gather[], gather_ok).
 struct DecodeTable {
-  alignas(64) PairEntry pair[fmt::kTableSize];
+  union {
+    alignas(64) PairEntry pair[fmt::kTableSize];
+    alignas(64) uint32_t gather[fmt::kTableSize + 16];  // + 16: build_gather_table's last run
+  };
   uint8_t len_of[256];  // code length by symbol, [lo, lo + nsym) (pair tables only: a lane's last symbols)
   RegTables reg;
   bool reg_ok = false;
+  bool gather_ok = false;
 };
-enum class TableKind : uint8_t { kPair = 0, kReg = 1 };
+// kPair: the pair table. kReg: the register tables, else the pair table. kRegGather: the register
+// tables, else the gather table.
+enum class TableKind : uint8_t { kPair = 0, kReg = 1, kRegGather = 2 };
 
 // Descriptor bytes (lo, nsym-1, nibbles) without the lane lengths.
 size_t write_huff_desc(const HuffCode& code, uint8_t* out);
 
-// Parses and validates a descriptor (lo, nsym-1, nibbles) and builds its decode tables (`kind`: the
-// pair table, or the register tables, plus the pair table when reg_ok is false). Returns the
+// Parses and validates a descriptor (lo, nsym-1, nibbles) and builds its decode tables as `kind`
+// asks (TableKind: reg_ok, gather_ok, or else the pair table and len_of). Returns the
 // bytes consumed, or 0 when the descriptor is invalid or does not fit in `avail` bytes.
 size_t read_huff_desc(const uint8_t* in, size_t avail, uint32_t* lo, uint32_t* nsym, DecodeTable* table,
                       TableKind kind = TableKind::kPair);

@@ -51,7 +51,7 @@ TEST(Kernels, Avx512SetRunsWhereTheCpuHasIt) {
   if (!cpu_has_avx512_set()) GTEST_SKIP() << "this CPU lacks one of AVX-512 F/BW/VL/DQ/VBMI/VBMI2, BMI2";
   ASSERT_NE(avx512_kernels(), nullptr);
   EXPECT_STREQ(avx512_kernels()->name, "avx512");
-  EXPECT_EQ(avx512_kernels()->table_kind, TableKind::kReg);
+  EXPECT_EQ(avx512_kernels()->table_kind, TableKind::kRegGather);
 #else
   GTEST_SKIP() << "AVX-512 is x86-64 only";
 #endif
@@ -406,7 +406,7 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
   if (variants().empty()) GTEST_SKIP() << "no SIMD kernels on this CPU/build";
   std::mt19937 rng(11);
   const uint32_t sizes[] = {2, 3, 4, 31, 32, 33, 127, 128, 129, 1000, 384, 4095, 4096, 8191, 8192, 8193, 16383, 16384};
-  int cases = 0, reg_tables = 0, reg6 = 0;
+  int cases = 0, reg_tables = 0, reg6 = 0, gather = 0;
   for (int kind = 0; kind < 11; ++kind) {
     for (int trial = 0; trial < 40; ++trial) {
       // Trials 18-20: 32 full lanes of a multiple of 64 symbols (a block of 2048, 4096, 8192 elements).
@@ -451,6 +451,7 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
         ASSERT_EQ(read_huff_desc(desc, d, &lo, &nsym, &table, v->table_kind), d);
         reg_tables += table.reg_ok;
         reg6 += table.reg_ok && table.reg.short_bits == 6;
+        gather += table.gather_ok;
         for (size_t slack : {size_t(0), size_t(3), size_t(64)}) {
           std::vector<uint8_t> buf(ref);
           buf.resize(total + slack);
@@ -491,11 +492,12 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
       }
     }
   }
-  // Every decoder path of the AVX-512 set ran: 6-bit and 7-bit register tables, and the pair-table
-  // fallback.
+  // Every decoder path of the AVX-512 set ran: 6-bit and 7-bit register tables, and the gather table
+  // where neither fits.
   if (avx512_kernels()) {
     EXPECT_GT(reg6, 0);
     EXPECT_GT(reg_tables, reg6);
+    EXPECT_GT(gather, 0);
     EXPECT_LT(reg_tables, cases);
   }
 }
