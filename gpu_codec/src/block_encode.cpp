@@ -40,15 +40,24 @@ struct PlanePlan {
 };
 
 // SPARSE data: the positions of the bytes other than `base` (u16 each, ascending), then those bytes.
+// Eight bytes are compared at a time: a SPARSE plane is the base in nearly every word (a byte loop
+// was 40% of an fp32 encode with zero low halves, v2p).
 void write_sparse(const uint8_t* p, uint32_t m, uint8_t base, uint32_t except, uint8_t* dst) {
   uint8_t* pos = dst;
   uint8_t* val = dst + 2 * size_t(except);
-  for (uint32_t i = 0; i < m; ++i) {
-    if (p[i] == base) continue;
+  const uint64_t bases = 0x0101010101010101ull * base;
+  auto put = [&](uint32_t i) {
+    if (p[i] == base) return;
     store_le16(pos, uint16_t(i));
     pos += 2;
     *val++ = p[i];
+  };
+  uint32_t i = 0;
+  for (; i + 8 <= m; i += 8) {
+    if (load_le64(p + i) == bases) continue;
+    for (uint32_t j = i; j < i + 8; ++j) put(j);
   }
+  for (; i < m; ++i) put(i);
 }
 
 }  // namespace
