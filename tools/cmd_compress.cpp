@@ -84,7 +84,7 @@ int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o
             "  Compresses IN into a stream of zipccl frames (64 MiB of input each). '-' is stdin/stdout.\n"
             "  -t, --type     element type of IN (default auto: detected per frame)\n"
             "  --threads N    encoder threads per frame (default 1)\n"
-            "  --block-log2 N log2 elements per block, 10..16 (default: the codec's for the type; GPU: 10..14)\n"
+            "  --block-log2 N log2 elements per block, 10..14 (default: the codec's for the type)\n"
             "  --gpu          encode on GPU 0 with the CUDA codec (the same frames; exit 3 without a GPU)\n"
             "  -v, --verbose  print sizes and ratio to stderr\n");
       } else {
@@ -109,8 +109,8 @@ int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o
         return kExitUsage;
       }
     } else if (compress && option_value(argc, argv, &i, nullptr, "--block-log2", &v, &bad)) {
-      if (bad || !parse_int(v, 10, 16, &o->block_log2)) {
-        std::fprintf(stderr, "zipccl %s: --block-log2 needs a number from 10 to 16\n", cmd);
+      if (bad || !parse_int(v, 10, 14, &o->block_log2)) {  // FORMAT.md: blocks of 2^10..2^14 elements
+        std::fprintf(stderr, "zipccl %s: --block-log2 needs a number from 10 to 14\n", cmd);
         return kExitUsage;
       }
     } else {

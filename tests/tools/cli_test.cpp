@@ -134,6 +134,9 @@ TEST_F(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(zipccl("compress -t bf17 a b"), 2);
   EXPECT_NE(stderr_.find("bf16"), std::string::npos);
   EXPECT_EQ(zipccl("compress --threads 0 a b"), 2);
+  EXPECT_EQ(zipccl("compress --block-log2 15 a b"), 2);  // the format's blocks are 2^10..2^14
+  EXPECT_NE(stderr_.find("10 to 14"), std::string::npos) << stderr_;
+  EXPECT_EQ(zipccl("compress --block-log2 9 a b"), 2);
   EXPECT_EQ(zipccl("compress --frobnicate a b"), 2);
   EXPECT_EQ(zipccl("decompress -t bf16 a b"), 2);  // the frame says its type
   EXPECT_EQ(zipccl("compress --help"), 0);

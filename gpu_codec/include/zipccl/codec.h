@@ -54,7 +54,7 @@ size_t max_encoded_size(size_t n);
 
 struct EncodeOptions {
   ElemType type = ElemType::kAuto;  // element type of the input; kAuto detects it
-  // log2 of elements per block, 10..16; 0 picks the default for the type (FORMAT.md "Blocks").
+  // log2 of elements per block, 10..14; 0 picks the default for the type (FORMAT.md "Blocks").
   int block_log2 = 0;
   // Threads for large inputs (>= 1). Blocks are coded independently, so the output is the same
   // byte string whatever the thread count. Threads are created per call: use > 1 only for inputs of
