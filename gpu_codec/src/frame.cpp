@@ -72,12 +72,11 @@ Status write_raw(const uint8_t* src, size_t n, uint8_t* dst, size_t cap, size_t*
 }
 
 // True if src is one element of esize bytes repeated (n a multiple of esize).
+// src[i] == src[i - esize] for every i: the buffer against itself shifted by one element (memcmp's
+// vector loop; a byte loop encoded an all-zero 64 MiB buffer at 1.2 GB/s).
 bool is_repeated(const uint8_t* src, size_t n, size_t esize) {
   if (n == 0 || n % esize) return false;
-  for (size_t i = esize; i < n; ++i) {
-    if (src[i] != src[i - esize]) return false;
-  }
-  return true;
+  return std::memcmp(src + esize, src, n - esize) == 0;
 }
 
 Status write_const(const uint8_t* src, size_t n, uint8_t type, uint8_t* dst, size_t cap, size_t* out) {

@@ -335,6 +335,27 @@ TEST(Frame, ZerosAreOneConstFrameAndRandomIsRaw) {
   EXPECT_LE(fsize, rnd.size() + rnd.size() / 200);
 }
 
+TEST(Frame, OneElementOffTheRepeatedValueIsNotConst) {
+  // A buffer of one repeated element but for one byte (first, middle or last) is no CONST frame, and
+  // it round-trips, for every element size and sizes around a block.
+  for (ElemType t : {ElemType::kBf16, ElemType::kFp16, ElemType::kFp32}) {
+    for (size_t n : {size_t(8), size_t(12), size_t(1000), size_t(16384), size_t(16388), size_t(1) << 20}) {
+      for (size_t at : {size_t(0), n / 2, n - 1}) {
+        std::vector<uint8_t> in(n, 0x3C), frame(max_encoded_size(n)), back(n);
+        in[at] ^= 0x01;
+        EncodeOptions eo;
+        eo.type = t;
+        size_t fsize = 0, dsize = 0;
+        ASSERT_EQ(encode(in.data(), n, frame.data(), frame.size(), &fsize, eo), Status::kOk);
+        ASSERT_GT(fsize, 24u + 4u) << "n " << n << " at " << at;
+        ASSERT_EQ(decode(frame.data(), fsize, back.data(), n, &dsize), Status::kOk);
+        ASSERT_EQ(dsize, n);
+        ASSERT_EQ(back, in) << "n " << n << " at " << at;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace codec
 }  // namespace zipccl
