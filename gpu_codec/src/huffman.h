@@ -48,8 +48,9 @@ struct RegTables {
   uint32_t short_bits = 7;
 };
 // Where the register tables do not fit (kRegGather), the AVX-512 decoder gathers from a single-symbol
-// table instead, 32-bit entries len | symbol << 24 for every 11-bit window (fmt::fill_decode_table),
-// built in the pair table's place (gather[], gather_ok).
+// table instead: for every 11-bit window, the 32-bit entry len | symbol << 24 of the code it starts
+// with (fmt::build_decode_table's table, the GPU decoder's, in another layout), built in the pair
+// table's place (gather[], gather_ok).
 struct DecodeTable {
   union {
     alignas(64) PairEntry pair[fmt::kTableSize];

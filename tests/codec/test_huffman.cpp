@@ -66,6 +66,19 @@ TEST(Huffman, CompleteAndLimitedOnRandomHistograms) {
       ASSERT_TRUE(fmt::build_decode_table(c.len, c.lo, c.nsym, single));
       ASSERT_EQ(single[window], uint16_t((c.len_of[s] << 8) | s));
     }
+    // The tables a register-table kernel set asks for: the register tables, or else the gather table,
+    // which holds the single-symbol table's entries as len | symbol << 24 in every window.
+    DecodeTable rg;
+    ASSERT_EQ(read_huff_desc(desc, dbytes, &lo, &nsym2, &rg, TableKind::kRegGather), dbytes);
+    ASSERT_NE(rg.reg_ok, rg.gather_ok) << "trial " << trial;
+    if (rg.gather_ok) {
+      uint16_t single[fmt::kTableSize];
+      ASSERT_TRUE(fmt::build_decode_table(c.len, c.lo, c.nsym, single));
+      for (uint32_t w = 0; w < fmt::kTableSize; ++w) {
+        ASSERT_EQ(rg.gather[w], uint32_t(single[w] >> 8) | (uint32_t(single[w] & 0xFF) << 24))
+            << "window " << w;
+      }
+    }
   }
 }
 
