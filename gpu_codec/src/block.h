@@ -4,11 +4,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels.h"
 
 namespace zipccl {
 namespace codec {
+
+// Whether p[i] == p[i - step] for every i in [step, n), i.e. the n bytes repeat their first step
+// bytes: the bytes against themselves one step on, one memcmp (which stops at the first difference;
+// a byte loop encoded an all-zero 64 MiB buffer at 1.2 GB/s).
+inline bool repeats(const uint8_t* p, size_t n, size_t step) {
+  return n <= step || std::memcmp(p + step, p, n - step) == 0;
+}
 
 // Encodes m elements of `type` (fmt::kType*) from src into dst (at most cap bytes; cap >=
 // fmt::block_bound(m, planes) always suffices). Returns the block's size (a multiple of 4), or 0

@@ -9,10 +9,6 @@ namespace {
 
 using namespace fmt;
 
-// All bytes equal iff the plane equals itself shifted by one; memcmp stops at the first
-// difference, which in a non-constant plane comes within a few bytes.
-bool all_equal(const uint8_t* p, uint32_t m) { return m < 2 || std::memcmp(p, p + 1, m - 1) == 0; }
-
 // The pre-screen's statistic (policy::prescreen_says_raw): the sum of f * (f - 1) over the counts of
 // every kPrescreenStride-th byte. Two count tables, alternate samples, so that the increments of a
 // repeated byte do not all wait on each other.
@@ -83,7 +79,7 @@ size_t encode_block(const Kernels& k, const uint8_t* src, uint32_t m, uint8_t ty
   for (int p = 0; p < np; ++p) {
     plan[p] = {kPlaneRaw, 0, nullptr, 0};
     const bool known = p == 0 && range0;
-    if (known ? lo0 == hi0 : all_equal(planes[p], m)) {
+    if (known ? lo0 == hi0 : repeats(planes[p], m, 1)) {
       plan[p] = {kPlaneConst, planes[p][0], nullptr, 0};
       continue;
     }

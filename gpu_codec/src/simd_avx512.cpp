@@ -237,48 +237,54 @@ void sample_histogram(const uint8_t* p, uint32_t m, uint32_t* freq) {
   }
 }
 
+// The bytes of p's whole 64-byte vectors (the first 64 * floor(m / 64)) whose bits pick(x) sets, in
+// order, into found: one vpcompressb per vector that holds any (most hold none where they are rare).
+// Returns how many, or stops and returns more than `limit` once they exceed it. found: room for
+// limit + 64 bytes.
+template <class Pick>
+uint32_t compress_picked(const uint8_t* p, uint32_t m, Pick pick, uint8_t* found, uint32_t limit) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i + 64 <= m && n <= limit; i += 64) {
+    const __m512i x = load512(p + i);
+    const __mmask64 k = pick(x);
+    if (k) {
+      store512(found + n, _mm512_maskz_compress_epi8(k, x));
+      n += uint32_t(_mm_popcnt_u64(k));
+    }
+  }
+  return n;
+}
+
 // Kernels::histogram. A plane that is one byte value but for a few (fp32 gradients' zero low halves:
 // SPARSE planes, whose counts the encoder policy takes exact) is counted 64 bytes at a time against
-// its first byte, the others compressed out (vpcompressb) and counted one by one: the scalar
-// counter's increments all wait on one counter there (22% of such an encode, v2p). A plane that
-// shows more than 1 in 16 other bytes goes to the scalar counter.
+// its first byte, the others compressed out and counted one by one: the scalar counter's increments
+// all wait on one counter there (22% of such an encode, v2p). A plane that shows more than 1 in 16
+// other bytes goes to the scalar counter.
 void histogram(const uint8_t* p, uint32_t m, uint32_t* freq) {
   alignas(64) uint8_t found[kMaxBlockElems / 16 + 64];
   if (m < 1024 || m > kMaxBlockElems) return scalar_kernels().histogram(p, m, freq);
   const uint8_t b = p[0];
   const __m512i base = _mm512_set1_epi8(char(b));
-  uint32_t n = 0, i = 0;
-  for (; i + 64 <= m; i += 64) {
-    const __m512i x = load512(p + i);
-    const __mmask64 k = _mm512_cmpneq_epi8_mask(x, base);
-    if (k) {
-      store512(found + n, _mm512_maskz_compress_epi8(k, x));
-      n += uint32_t(_mm_popcnt_u64(k));
-      if (n > m / 16) return scalar_kernels().histogram(p, m, freq);
-    }
-  }
+  const uint32_t n = compress_picked(
+      p, m, [&](__m512i x) { return _mm512_cmpneq_epi8_mask(x, base); }, found, m / 16);
+  if (n > m / 16) return scalar_kernels().histogram(p, m, freq);
+  const uint32_t whole = m & ~63u;
   std::memset(freq, 0, 256 * sizeof(uint32_t));
   for (uint32_t j = 0; j < n; ++j) freq[found[j]]++;
-  freq[b] += i - n;
-  for (; i < m; ++i) freq[p[i]]++;
+  freq[b] += whole - n;
+  for (uint32_t i = whole; i < m; ++i) freq[p[i]]++;
 }
 
-// Kernels::count_outside: the bytes outside [clo, chi] of 64 at a time compressed into a buffer by
-// one vpcompressb (none in most vectors), then counted.
+// Kernels::count_outside: the bytes outside [clo, chi] compressed out (compress_picked), then counted.
 void count_outside(const uint8_t* p, uint32_t m, uint32_t clo, uint32_t chi, uint32_t* freq) {
   alignas(64) uint8_t found[kMaxBlockElems + 64];
+  if (m > kMaxBlockElems) return count_outside_scalar(p, m, clo, chi, freq);
   const __m512i a = _mm512_set1_epi8(char(clo)), b = _mm512_set1_epi8(char(chi));
-  uint32_t n = 0, i = 0;
-  for (; i + 64 <= m && m <= kMaxBlockElems; i += 64) {
-    const __m512i x = load512(p + i);
-    const __mmask64 k = _mm512_cmplt_epu8_mask(x, a) | _mm512_cmpgt_epu8_mask(x, b);
-    if (k) {
-      store512(found + n, _mm512_maskz_compress_epi8(k, x));
-      n += uint32_t(_mm_popcnt_u64(k));
-    }
-  }
+  const uint32_t n = compress_picked(
+      p, m, [&](__m512i x) { return _mm512_cmplt_epu8_mask(x, a) | _mm512_cmpgt_epu8_mask(x, b); }, found, m);
   for (uint32_t j = 0; j < n; ++j) freq[found[j]]++;
-  count_outside_scalar(p + i, m - i, clo, chi, freq);
+  const uint32_t whole = m & ~63u;
+  count_outside_scalar(p + whole, m - whole, clo, chi, freq);
 }
 
 // ---- Huffman decode --------------------------------------------------------------------------
