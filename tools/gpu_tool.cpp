@@ -190,11 +190,12 @@ bool GpuCodec::decode(const uint8_t* frame, size_t n, uint8_t* dst, size_t cap, 
 bool GpuCodec::time(const uint8_t* src, size_t n, codec::ElemType type, int max_sms, int reps, Timing* t,
                     std::string* err) {
   Impl& g = *impl_;
-  // The reference: the CPU codec's frame for the same input and type.
+  // The reference: the CPU codec's frame for the same input, type and block size (the GPU's default).
   std::vector<uint8_t> cpu(codec::max_encoded_size(n));
   size_t cpu_bytes = 0;
   codec::EncodeOptions eo;
   eo.type = type;
+  eo.block_log2 = cg::kDefaultBlockLog2;
   if (codec::encode(src, n, cpu.data(), cpu.size(), &cpu_bytes, eo) != codec::Status::kOk) {
     *err = "the CPU codec failed on this input";
     return false;

@@ -17,7 +17,7 @@ constexpr int kThreads = 128;          // threads per CTA, encode and decode
 constexpr int kMaxBatch = 96;          // messages per launch: the items travel as a kernel parameter
 constexpr uint32_t kCopyChunk = 16384; // bytes per unit of RAW copy / CONST fill work
 constexpr int kDecodeWindow = 32;      // symbols per lane decoded per round (shared buffer per lane)
-constexpr int kDefaultBlockLog2 = 13;  // as the CPU encoder (frame.cpp default_block_log2)
+constexpr int kDefaultBlockLog2 = gpu::kDefaultBlockLog2;  // codec_cuda.h (the CPU encoder's: 14)
 constexpr uint8_t kTypeAuto = 255;     // EncodeItemParam::type: detect on the device
 
 // ---- Kernel parameters (passed by value: <= 4 KiB) ----------------------------------------------

@@ -78,6 +78,17 @@ TEST(Huffman, CompleteAndLimitedOnRandomHistograms) {
         ASSERT_EQ(rg.gather[w], uint32_t(single[w] >> 8) | (uint32_t(single[w] & 0xFF) << 24))
             << "window " << w;
       }
+    } else {
+      // The register tables decode every window as the single-symbol table does (huffman.h).
+      uint16_t single[fmt::kTableSize];
+      ASSERT_TRUE(fmt::build_decode_table(c.len, c.lo, c.nsym, single));
+      const uint32_t b = rg.reg.short_bits, S = 1u << b;
+      ASSERT_TRUE(b == 6 || b == 7);
+      for (uint32_t w = 0; w < fmt::kTableSize; ++w) {
+        const uint32_t e = w >= fmt::kTableSize - S ? S + (w & (S - 1)) : w >> (fmt::kMaxCodeLen - b);
+        ASSERT_EQ(rg.reg.len[e], single[w] >> 8) << "window " << w;
+        ASSERT_EQ(rg.reg.sym[e], single[w] & 0xFF) << "window " << w;
+      }
     }
   }
 }

@@ -137,6 +137,7 @@ Row run(ElemType t, const std::vector<uint8_t>& pattern, const std::string& set,
     codec::EncodeOptions eo;
     eo.type = t;
     eo.threads = 8;
+    eo.block_log2 = codec::gpu::kDefaultBlockLog2;  // the block size the GPU encoded with
     exact &= codec::encode(a.data(), bytes, cpu.data(), cpu.size(), &n, eo) == codec::Status::kOk;
     CHECK_CUDA(cudaMemcpy(gpu.data(), frame.p, fcap, cudaMemcpyDeviceToHost));
     exact &= std::memcmp(cpu.data(), gpu.data(), n) == 0;

@@ -105,14 +105,15 @@ if [ "$on" -eq 0 ] || [ "$gdrdma" -eq 0 ] || [ "$encoded" -eq 0 ] || [ "$decoded
 fi
 step pytorch-ddp 150 python3 "$root/tests/gpu/ddp_check.py" --plugin "$plugin" --np 2 --steps 30
 
-# The tool's --gpu: a 96 MiB file (two frames) compressed on the GPU equals the CPU's stream, and
+# The tool's --gpu: a 96 MiB file (two frames) compressed on the GPU equals the CPU's stream at the GPU's
+# default block size (--block-log2 13; the CPU's default is 14), and
 # each side restores the other's; then `zipccl bench --gpu` on two of the built-in sets.
 tool_gpu() {
   local d z="$build/tools/zipccl"
   d=$(mktemp -d)
   "$z" bench --list >/dev/null || return 1
   python3 -c "import numpy as np; x = np.random.default_rng(7).normal(0, 1e-2, 48 << 20).astype(np.float32); (x.view(np.uint32) >> 16).astype('<u2').tofile('$d/in.bin')" &&
-    "$z" compress -t bf16 "$d/in.bin" "$d/cpu.zc" && "$z" compress --gpu -v -t bf16 "$d/in.bin" "$d/gpu.zc" &&
+    "$z" compress -t bf16 --block-log2 13 "$d/in.bin" "$d/cpu.zc" && "$z" compress --gpu -v -t bf16 "$d/in.bin" "$d/gpu.zc" &&
     cmp "$d/cpu.zc" "$d/gpu.zc" && "$z" decompress --gpu "$d/cpu.zc" "$d/a.bin" && cmp "$d/in.bin" "$d/a.bin" &&
     "$z" decompress "$d/gpu.zc" "$d/b.bin" && cmp "$d/in.bin" "$d/b.bin" &&
     "$z" bench --gpu --reps 5 --sets gauss-bf16-s1e-3,bucket-bf16

@@ -53,6 +53,10 @@ struct Workspace {
 };
 
 // Encodes a batch on the GPU (src copied at `offset` bytes into its buffer) and returns the frames.
+// block_log2 0 means 8192 elements to the GPU encoder and 16384 to the CPU's: the CPU reference of a
+// default GPU frame is encoded at the GPU's default.
+constexpr int kGpuDefault = codec::gpu::kDefaultBlockLog2;
+
 std::vector<std::vector<uint8_t>> gpu_encode(const std::vector<EmuInput>& in, int block_log2, int max_sms = 0) {
   std::vector<std::unique_ptr<DevBuf>> src, dst;
   std::vector<codec::gpu::EncodeItem> items;
@@ -209,7 +213,8 @@ TEST(Device, LargeMessagesAndSmallGrid) {
                               {gaussian_fp32(size_t(8) << 20, 1.0, 21, true), ElemType::kFp32}};
   for (int sms : {0, 1, 16}) {
     const auto gpu = gpu_encode(in, 0, sms);
-    for (size_t i = 0; i < in.size(); ++i) ASSERT_TRUE(gpu[i] == cpu_encode(in[i].bytes, in[i].type, 0)) << i;
+    for (size_t i = 0; i < in.size(); ++i)
+      ASSERT_TRUE(gpu[i] == cpu_encode(in[i].bytes, in[i].type, kGpuDefault)) << i;
     const auto back = gpu_decode(gpu, {in[0].bytes.size(), in[1].bytes.size()}, sms);
     for (size_t i = 0; i < in.size(); ++i) ASSERT_TRUE(back[i].bytes == in[i].bytes);
   }
@@ -223,7 +228,7 @@ TEST(Device, BatchOfMoreThanOneLaunch) {
   const auto gpu = gpu_encode(in, 0);
   std::vector<size_t> cap;
   for (size_t i = 0; i < in.size(); ++i) {
-    ASSERT_TRUE(gpu[i] == cpu_encode(in[i].bytes, in[i].type, 0)) << i;
+    ASSERT_TRUE(gpu[i] == cpu_encode(in[i].bytes, in[i].type, kGpuDefault)) << i;
     cap.push_back(in[i].bytes.size());
   }
   const auto back = gpu_decode(gpu, cap);
@@ -278,7 +283,7 @@ TEST(Device, MappedResultsCanBePolled) {
   }
   EXPECT_EQ(*ready, 1u);
   EXPECT_EQ(host->status, 0);
-  EXPECT_EQ(host->size, cpu_encode(in, ElemType::kBf16, 0).size());
+  EXPECT_EQ(host->size, cpu_encode(in, ElemType::kBf16, kGpuDefault).size());
   CUDA_OK(cudaStreamSynchronize(s));
   CUDA_OK(cudaStreamDestroy(s));
   CUDA_OK(cudaFreeHost(host));

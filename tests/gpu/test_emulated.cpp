@@ -100,7 +100,14 @@ TEST(Emulated, FramesMatchCpuAuto) {
       {std::vector<uint8_t>(50, 1), ElemType::kAuto},
       {std::vector<uint8_t>(5000, 0), ElemType::kAuto},
   };
-  expect_same_frames(in, 0);
+  // The GPU encoder's default block size (block_log2 0) is 8192 elements, the CPU encoder's 16384.
+  expect_same_frames(in, 13);
+  const auto dflt = emu_encode(in, 0, EmuGrid()), explicit13 = emu_encode(in, 13, EmuGrid());
+  EXPECT_TRUE(dflt == explicit13);
+  codec::FrameInfo info{};
+  const auto cpu = cpu_encode(in[0].bytes, in[0].type, 0);
+  ASSERT_EQ(codec::read_frame_info(cpu.data(), cpu.size(), &info), codec::Status::kOk);
+  EXPECT_EQ(info.block_elems, 16384u);
 }
 
 TEST(Emulated, UnalignedMessagesAndOneThreadPerWarpShape) {

@@ -92,6 +92,25 @@ TEST(Policy, Thresholds) {
   EXPECT_FALSE(policy::prescreen_says_raw(0, 8191));  // smaller blocks are not pre-screened
 }
 
+// prescreen_span_passes against the samples dealt one at a time to the emptiest of `span` values
+// (the spread with the fewest equal pairs): it passes exactly when that spread is not RAW.
+TEST(Policy, PrescreenSpanPassesExactlyWhenTheEvenestSpreadIsNotRaw) {
+  for (uint32_t m : {8191u, 8192u, 8193u, 12345u, 16384u}) {
+    const uint32_t s = policy::prescreen_samples(m);
+    for (uint32_t span = 1; span <= 256; ++span) {
+      std::vector<uint64_t> f(span, 0);
+      for (uint32_t i = 0; i < s; ++i) ++*std::min_element(f.begin(), f.end());
+      uint64_t pairs = 0;
+      for (uint64_t c : f) pairs += c * (c - 1);
+      EXPECT_EQ(policy::prescreen_span_passes(span, m), m >= 8192 && !policy::prescreen_says_raw(pairs, m))
+          << "m " << m << " span " << span;
+    }
+  }
+  EXPECT_TRUE(policy::prescreen_span_passes(114, 8192));  // 256 samples: 1024 - 6 x 114 = 340 pairs
+  EXPECT_FALSE(policy::prescreen_span_passes(115, 8192));
+  EXPECT_FALSE(policy::prescreen_span_passes(0, 8192));
+}
+
 // sample_core: far values are dropped from the ends of the range, the end farther from its inner
 // neighbour first, until the rest is dense; the core's counts are the sampled ones, everything
 // outside zero (for the exact counts).
@@ -254,6 +273,12 @@ TEST(LaunchConfig, SharedMemoryFitsTheArchitectures) {
   }
   // The default bf16 configuration leaves room for 4 CTAs on an SM of 228 KiB.
   EXPECT_LE(gd::encode_smem_layout(2, 13).total, 56u * 1024);
+  // Why the GPU's default block is half the CPU's: at the default every type fits the 99 KiB a
+  // thread block may have on sm_86 / sm_89; fp32 at the CPU's 16384 elements would not.
+  EXPECT_EQ(codec::gpu::kDefaultBlockLog2, 13);
+  EXPECT_EQ(codec::kDefaultBlockLog2, 14);
+  EXPECT_LE(gd::encode_smem_layout(4, codec::gpu::kDefaultBlockLog2).total, 99u * 1024);
+  EXPECT_GT(gd::encode_smem_layout(4, codec::kDefaultBlockLog2).total, 99u * 1024);
   EXPECT_LE(sizeof(gd::DecodeShared), 48u * 1024);  // no opt-in needed; independent of block size
 }
 

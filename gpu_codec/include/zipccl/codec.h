@@ -52,9 +52,13 @@ constexpr uint64_t kMaxFrameInput = 0xFFFFFFFFull;
 // Upper bound of encode()'s output for an n-byte input, for every input and option.
 size_t max_encoded_size(size_t n);
 
+// The CPU encoder's block size when EncodeOptions::block_log2 is 0: 16384 elements (the CUDA
+// encoder's default is 8192: gpu::kDefaultBlockLog2).
+constexpr int kDefaultBlockLog2 = 14;
+
 struct EncodeOptions {
   ElemType type = ElemType::kAuto;  // element type of the input; kAuto detects it
-  // log2 of elements per block, 10..14; 0 picks the default for the type (FORMAT.md "Blocks").
+  // log2 of elements per block, 10..14; 0 picks kDefaultBlockLog2 (FORMAT.md "Encoder policy").
   int block_log2 = 0;
   // Threads for large inputs (>= 1). Blocks are coded independently, so the output is the same
   // byte string whatever the thread count. Threads are created per call: use > 1 only for inputs of

@@ -1,7 +1,8 @@
 // zipccl CUDA codec: the v1 frame format (gpu_codec/FORMAT.md) encoded and decoded on the GPU.
 //
 // Frames are byte-identical to the CPU codec's (zipccl/codec.h) for the same input, element type and
-// block size (lanes_log2 is 5 on both), and each side decodes the other's frames.
+// block size (lanes_log2 is 5 on both), and each side decodes the other's frames. The default block
+// sizes differ (8192 elements here, 16384 on the CPU): pass block_log2 to both for equal bytes.
 //
 // Execution model (stream-ordered, asynchronous):
 //  - Every function below only enqueues work on `LaunchOptions::stream` and returns; none
@@ -72,9 +73,14 @@ struct LaunchOptions {
   cudaError_t* cuda_error = nullptr;
 };
 
+// The CUDA encoder's block size when block_log2 is 0: 8192 elements, half the CPU encoder's
+// (codec::kDefaultBlockLog2). A thread block encodes a block in shared memory: fp32 blocks of 16384
+// elements need ~140 KiB of it, more than the 99 KiB an sm_86/sm_89 thread block may have.
+constexpr int kDefaultBlockLog2 = 13;
+
 struct GpuEncodeOptions {
   ElemType type = ElemType::kAuto;  // pass the real type: kAuto is the slower path (see above)
-  int block_log2 = 0;               // 10..14; 0 = the CPU default (13)
+  int block_log2 = 0;               // 10..14; 0 = kDefaultBlockLog2 (8192 elements)
 };
 
 // One message of a batch. Pointers are device pointers.
