@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "test_data.h"
@@ -55,7 +56,11 @@ const ElemType kTypes[] = {ElemType::kAuto, ElemType::kBf16, ElemType::kFp16, El
 TEST(RoundTrip, EdgeSizesEveryType) {
   const size_t sizes[] = {0, 1, 2, 3, 4, 5, 7, 63, 64, 65, 127, 2047, 2048, 2049, 8191, 8192, 8193,
                           4096 * 2 - 2, 4096 * 2 + 2, 4096 * 4 + 1, 4096 * 4 * 3 + 3, 100003};
-  for (size_t n : sizes) {
+  // Bytes around the default block: 16384 elements are 32768 bytes of bf16 or fp16, 65536 of fp32.
+  const size_t around_block[] = {32767, 32768, 32769, 65535, 65536, 65537};
+  std::vector<size_t> all(std::begin(sizes), std::end(sizes));
+  all.insert(all.end(), std::begin(around_block), std::end(around_block));
+  for (size_t n : all) {
     auto in = gaussian_bf16((n + 1) / 2, 1.0, uint32_t(n));
     in.resize(n);
     for (ElemType t : kTypes) expect_round_trip(in, t, "gaussian");
