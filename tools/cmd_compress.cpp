@@ -80,15 +80,14 @@ int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o
     } else if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
       if (compress) {
         std::printf(
-            "usage: zipccl compress [-t auto|bf16|fp16|fp32] [--threads N | --gpu] [--block-log2 N] [-v] IN "
-            "OUT\n"
+            "usage: zipccl compress [-t auto|bf16|fp16|fp32] [--threads N | --gpu] [--block-log2 N] [-v]\n"
+            "                       IN OUT\n"
             "  Compresses IN into a stream of zipccl frames (64 MiB of input each). '-' is stdin/stdout.\n"
             "  -t, --type     element type of IN (default auto: detected per frame)\n"
             "  --threads N    encoder threads per frame (default 1)\n"
-            "  --block-log2 N log2 elements per block, 10..14 (default 14; with --gpu 13: pass it to both "
-            "for\n"
-            "                 byte-identical files)\n"
-            "  --gpu          encode on GPU 0 with the CUDA codec (the same frames; exit 3 without a GPU)\n"
+            "  --block-log2 N log2 elements per block, 10..14 (default 14; with --gpu 13)\n"
+            "  --gpu          encode on GPU 0 with the CUDA codec (the CPU's frames at the same block size;\n"
+            "                 exit 3 without a GPU)\n"
             "  -v, --verbose  print sizes and ratio to stderr\n");
       } else {
         std::printf(

@@ -85,7 +85,7 @@ Status write_const(const uint8_t* src, size_t n, uint8_t type, uint8_t* dst, siz
   return Status::kOk;
 }
 
-// 16384 elements (FORMAT.md "Encoder policy"): against 8192, paired on one core, 64 MiB Gaussian bf16
+// 16384 elements (FORMAT.md section 6): against 8192, paired on one core, 64 MiB Gaussian bf16
 // encoded 2-5% and decoded 2-4% faster (half the per-block code building and table setup) at ratio
 // 1.5041x instead of 1.4975x; fp16 +22% / +14%, fp32 with zero low halves +14% / +2%, fp32 -1% / +2%.
 // The CUDA encoder keeps 8192 (codec_cuda.h gpu::kDefaultBlockLog2: shared memory).

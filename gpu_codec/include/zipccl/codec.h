@@ -58,7 +58,7 @@ constexpr int kDefaultBlockLog2 = 14;
 
 struct EncodeOptions {
   ElemType type = ElemType::kAuto;  // element type of the input; kAuto detects it
-  // log2 of elements per block, 10..14; 0 picks kDefaultBlockLog2 (FORMAT.md "Encoder policy").
+  // log2 of elements per block, 10..14; 0 picks kDefaultBlockLog2 (FORMAT.md section 6).
   int block_log2 = 0;
   // Threads for large inputs (>= 1). Blocks are coded independently, so the output is the same
   // byte string whatever the thread count. Threads are created per call: use > 1 only for inputs of
