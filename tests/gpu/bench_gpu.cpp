@@ -1,7 +1,8 @@
 // GPU codec throughput (uncompressed bytes per second), timed with CUDA events, launch included.
 // Usage: zipccl_gpu_bench [--quick]. Prints one line per measurement and a table last.
 // Data: the `zipccl bench` sets (tools/datasets.cpp) when built with them, else seeded Gaussians;
-// inputs above 256 MiB repeat a 256 MiB pattern.
+// inputs above 256 MiB repeat a 256 MiB pattern. Rows marked b16K encode bf16 in the CPU's
+// 16384-element blocks instead of the GPU's default 8192.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -96,9 +97,10 @@ struct Dev {
   ~Dev() { cudaFree(p); }
 };
 
-// One message of `bytes` (or `batch` messages of `bytes` each), max_sms as given.
-Row run(ElemType t, const std::vector<uint8_t>& pattern, const std::string& set, size_t bytes, int batch, int max_sms,
-        cudaStream_t s) {
+// One message of `bytes` (or `batch` messages of `bytes` each), max_sms and block_log2 as given (0: the
+// GPU encoder's default, 8192-element blocks).
+Row run(ElemType t, const std::vector<uint8_t>& pattern, const std::string& set, size_t bytes, int batch,
+        int max_sms, cudaStream_t s, int block_log2 = 0) {
   const size_t total = bytes * size_t(batch);
   Dev src(total), frame(codec::max_encoded_size(bytes) * size_t(batch)), out(total), res(sizeof(CodecResult) * batch);
   for (size_t at = 0; at < total; at += pattern.size())
@@ -107,7 +109,8 @@ Row run(ElemType t, const std::vector<uint8_t>& pattern, const std::string& set,
   std::vector<size_t> sizes(batch, bytes);
   const size_t fcap = codec::max_encoded_size(bytes);
   for (int i = 0; i < batch; ++i) enc[i] = {src.p + bytes * i, bytes, frame.p + fcap * i, fcap, t};
-  const size_t wsb = std::max(codec::gpu::encode_batch_workspace_size(sizes.data(), batch), codec::gpu::decode_workspace_size(batch));
+  const size_t wsb = std::max(codec::gpu::encode_batch_workspace_size(sizes.data(), batch, block_log2),
+                              codec::gpu::decode_workspace_size(batch));
   Dev ws(wsb);
   codec::gpu::LaunchOptions lo;
   lo.stream = s;
@@ -115,7 +118,9 @@ Row run(ElemType t, const std::vector<uint8_t>& pattern, const std::string& set,
   CHECK_GPU(codec::gpu::init_workspace(ws.p, wsb, lo));
   auto* r = reinterpret_cast<CodecResult*>(res.p);
   const int reps = total >= (size_t(256) << 20) ? 5 : 20;
-  const double enc_ms = time_ms(s, reps, [&] { CHECK_GPU(codec::gpu::encode_batch_async(enc.data(), batch, r, nullptr, ws.p, wsb, 0, lo)); });
+  const double enc_ms = time_ms(s, reps, [&] {
+    CHECK_GPU(codec::gpu::encode_batch_async(enc.data(), batch, r, nullptr, ws.p, wsb, block_log2, lo));
+  });
   std::vector<CodecResult> hr(batch);
   CHECK_CUDA(cudaMemcpy(hr.data(), r, sizeof(CodecResult) * batch, cudaMemcpyDeviceToHost));
   size_t coded = 0;
@@ -137,16 +142,17 @@ Row run(ElemType t, const std::vector<uint8_t>& pattern, const std::string& set,
     codec::EncodeOptions eo;
     eo.type = t;
     eo.threads = 8;
-    eo.block_log2 = codec::gpu::kDefaultBlockLog2;  // the block size the GPU encoded with
+    eo.block_log2 = block_log2 ? block_log2 : codec::gpu::kDefaultBlockLog2;  // the GPU's block size
     exact &= codec::encode(a.data(), bytes, cpu.data(), cpu.size(), &n, eo) == codec::Status::kOk;
     CHECK_CUDA(cudaMemcpy(gpu.data(), frame.p, fcap, cudaMemcpyDeviceToHost));
     exact &= std::memcmp(cpu.data(), gpu.data(), n) == 0;
   }
   char what[64];
+  const char* blocks = block_log2 == 14 ? " b16K" : "";  // rows at the CPU's block size
   if (batch > 1) {
-    std::snprintf(what, sizeof(what), "%dx%zuKiB", batch, bytes >> 10);
+    std::snprintf(what, sizeof(what), "%dx%zuKiB%s", batch, bytes >> 10, blocks);
   } else {
-    std::snprintf(what, sizeof(what), "%zuKiB", bytes >> 10);
+    std::snprintf(what, sizeof(what), "%zuKiB%s", bytes >> 10, blocks);
   }
   Row row{set, what, max_sms ? std::to_string(max_sms) + " SMs" : "full", total, double(total) / coded,
           total / (enc_ms * 1e6), total / (dec_ms * 1e6), exact};
@@ -181,6 +187,14 @@ int main(int argc, char** argv) {
       for (int sms : {0, 16}) rows.push_back(run(t, pattern, set, n, 1, sms, s)), all_exact &= rows.back().exact;
     }
     for (int sms : {0, 16}) rows.push_back(run(t, pattern, set, size_t(1) << 20, 64, sms, s)), all_exact &= rows.back().exact;
+    // The GPU encoder's default block is 8192 elements, the CPU's 16384 (codec_cuda.h): bf16 at 16384
+    // too, to see which the GPU prefers (fp32 at 16384 does not fit every GPU's shared memory).
+    if (t == ElemType::kBf16) {
+      for (size_t n : {size_t(1) << 20, size_t(256) << 20}) {
+        for (int sms : {0, 16})
+          rows.push_back(run(t, pattern, set, n, 1, sms, s, 14)), all_exact &= rows.back().exact;
+      }
+    }
   }
   std::printf("\n| set | message | grid | ratio | encode GB/s | decode GB/s | bit-exact |\n|---|---|---|---|---|---|---|\n");
   for (auto& r : rows)
