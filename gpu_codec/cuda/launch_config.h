@@ -17,7 +17,6 @@ constexpr int kThreads = 128;          // threads per CTA, encode and decode
 constexpr int kMaxBatch = 96;          // messages per launch: the items travel as a kernel parameter
 constexpr uint32_t kCopyChunk = 16384; // bytes per unit of RAW copy / CONST fill work
 constexpr int kDecodeWindow = 32;      // symbols per lane decoded per round (shared buffer per lane)
-constexpr int kDefaultBlockLog2 = gpu::kDefaultBlockLog2;  // codec_cuda.h (the CPU encoder's: 14)
 constexpr uint8_t kTypeAuto = 255;     // EncodeItemParam::type: detect on the device
 
 // ---- Kernel parameters (passed by value: <= 4 KiB) ----------------------------------------------
@@ -88,7 +87,9 @@ ZIPCCL_HD size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 ZIPCCL_HD size_t encode_workspace_bytes(uint64_t slots) { return round_up(kSlotsOffset + 8 * slots, 256); }
 ZIPCCL_HD size_t decode_workspace_bytes() { return round_up(kSlotsOffset, 256); }
 
-ZIPCCL_HD int clamp_block_log2(int block_log2) { return block_log2 ? block_log2 : kDefaultBlockLog2; }
+ZIPCCL_HD int clamp_block_log2(int block_log2) {
+  return block_log2 ? block_log2 : gpu::kDefaultBlockLog2;
+}
 
 // Look-back slots of one message. Typed messages: one per block; n smaller than one element: none
 // (a RAW frame). Byte messages (type none) and auto (type unknown until the device detects it):

@@ -85,14 +85,6 @@ Status write_const(const uint8_t* src, size_t n, uint8_t type, uint8_t* dst, siz
   return Status::kOk;
 }
 
-// 16384 elements (FORMAT.md section 6): against 8192, paired on one core, 64 MiB Gaussian bf16
-// encoded 2-5% and decoded 2-4% faster (half the per-block code building and table setup) at ratio
-// 1.5041x instead of 1.4975x; fp16 +22% / +14%, fp32 with zero low halves +14% / +2%, fp32 -1% / +2%.
-// The CUDA encoder keeps 8192 (codec_cuda.h gpu::kDefaultBlockLog2: shared memory).
-int default_block_log2(uint8_t) {
-  return kDefaultBlockLog2;
-}
-
 // Encodes blocks [b0, b1) contiguously at dst (cap bytes); sizes[b] receives each block's size.
 // Returns total bytes or SIZE_MAX if they did not fit.
 size_t encode_blocks(const Kernels& k, const uint8_t* src, const Layout& l, uint8_t type, int lanes,
@@ -181,8 +173,12 @@ Status encode(const void* src_v, size_t n, void* dst_v, size_t cap, size_t* out,
   if (is_repeated(src, n, esize)) return write_const(src, n, type, dst, cap, out);
   if (type == kTypeNone || n < esize) return write_raw(src, n, dst, cap, out);
 
-  Header h{kFrameCoded, type, uint8_t(opt.block_log2 ? opt.block_log2 : default_block_log2(type)), n, 0,
-           uint8_t(kDefaultLanesLog2)};
+  // Default blocks of 16384 elements (FORMAT.md section 6): against 8192, paired on one core, 64 MiB
+  // Gaussian bf16 encoded 2-5% and decoded 2-4% faster (half the per-block code building and table
+  // setup) at ratio 1.5041x instead of 1.4975x; fp16 +22% / +14%, fp32 with zero low halves +14% / +2%,
+  // fp32 -1% / +2%. The CUDA encoder keeps 8192 (codec_cuda.h gpu::kDefaultBlockLog2: shared memory).
+  Header h{kFrameCoded, type, uint8_t(opt.block_log2 ? opt.block_log2 : kDefaultBlockLog2),
+           n,           0,    uint8_t(kDefaultLanesLog2)};
   const int lanes = 1 << h.lanes_log2;
   const Layout probe = coded_layout(h);
   h.nblocks = block_count(probe.nelem, h.block_log2);
