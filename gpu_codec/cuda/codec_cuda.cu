@@ -1,5 +1,8 @@
 // Dispatch of the CUDA codec: argument checks, parameter blocks, grid sizes from occupancy (capped
 // by max_sms), launches on the caller's stream. Nothing here synchronises or allocates.
+// prepare_device does every module load and attribute call once per device; afterwards a launch is a
+// table lookup under g_mutex and the launch itself, so that nothing loads a module on a thread that
+// NCCL's spinning kernels wait on (CUDA's lazy loading warns that this can deadlock).
 #include <mutex>
 #include <vector>
 
@@ -26,93 +29,151 @@ GpuStatus cuda_fail(cudaError_t e, const LaunchOptions& launch) {
     if (zipccl_e_ != cudaSuccess) return cuda_fail(zipccl_e_, launch); \
   } while (0)
 
-enum KernelId { kDetect, kEncode, kFinalize, kDecode, kKernels };
-
-struct DeviceInfo {
-  int device = -1;
-  int sms = 0;
-  int smem_optin = 0;
-  bool attributes_set = false;
-  // Occupancy (CTAs per SM) by kernel and dynamic shared memory bytes.
-  std::vector<std::pair<uint64_t, int>> occupancy;
-};
-
-std::mutex g_mutex;
-std::vector<DeviceInfo> g_devices;  // one entry per device seen; never shrinks
-
-const void* kernel_ptr(KernelId k) {
-  switch (k) {
-    case kDetect: return reinterpret_cast<const void*>(&kernels::detect_kernel);
-    case kEncode: return reinterpret_cast<const void*>(&kernels::encode_kernel);
-    case kFinalize: return reinterpret_cast<const void*>(&kernels::finalize_kernel);
-    default: return reinterpret_cast<const void*>(&kernels::decode_kernel);
-  }
-}
-
-// SM count and CTAs per SM for kernel k with `smem` dynamic bytes on the current device. Fails with
-// kUnsupported when the kernel cannot run with that much shared memory.
-GpuStatus occupancy(KernelId k, size_t smem, const LaunchOptions& launch, int* sms, int* per_sm) {
-  int dev = 0;
-  ZIPCCL_CUDA_TRY(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(g_mutex);
-  DeviceInfo* info = nullptr;
-  for (auto& d : g_devices) {
-    if (d.device == dev) info = &d;
-  }
-  if (!info) {
-    DeviceInfo d;
-    d.device = dev;
-    ZIPCCL_CUDA_TRY(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
-    ZIPCCL_CUDA_TRY(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    g_devices.push_back(d);
-    info = &g_devices.back();
-  }
-  if (!info->attributes_set) {
-    // Once per device: allow each kernel the device's whole opt-in shared memory.
-    for (int i = 0; i < kKernels; ++i) {
-      ZIPCCL_CUDA_TRY(cudaFuncSetAttribute(kernel_ptr(KernelId(i)), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           info->smem_optin));
-    }
-    info->attributes_set = true;
-  }
-  if (smem > size_t(info->smem_optin)) return GpuStatus::kUnsupported;
-  const uint64_t key = (uint64_t(k) << 32) | smem;
-  for (auto& o : info->occupancy) {
-    if (o.first == key) {
-      *sms = info->sms, *per_sm = o.second;
-      return GpuStatus::kOk;
-    }
-  }
-  int n = 0;
-  ZIPCCL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_ptr(k), kThreads, smem));
-  if (n < 1) return GpuStatus::kUnsupported;
-  info->occupancy.emplace_back(key, n);
-  *sms = info->sms, *per_sm = n;
-  return GpuStatus::kOk;
-}
-
 #define ZIPCCL_TRY(expr)                   \
   do {                                     \
     const GpuStatus zipccl_s_ = (expr);    \
     if (zipccl_s_ != GpuStatus::kOk) return zipccl_s_; \
   } while (0)
 
+// Launch shapes (kernel, dynamic shared memory) the dispatch uses: detect, finalize, decode, and
+// encode for each plane count (2, 4) and block size (fmt::kMinBlockLog2..kMaxBlockLog2).
+constexpr int kBlockSizes = fmt::kMaxBlockLog2 - fmt::kMinBlockLog2 + 1;
+constexpr int kShapes = 3 + 2 * kBlockSizes;
+
+int shape_index(KernelId k, int planes, int block_log2) {
+  switch (k) {
+    case kDetectKernel: return 0;
+    case kFinalizeKernel: return 1;
+    case kDecodeKernel: return 2;
+    default: return 3 + (planes > 2 ? kBlockSizes : 0) + (block_log2 - fmt::kMinBlockLog2);
+  }
+}
+
+// What prepare_device learnt and set on one device. Written once, read under g_mutex afterwards.
+struct DeviceInfo {
+  int device = -1;
+  int sms = 0;
+  int smem_optin = 0;
+  size_t max_dynamic[kKernelCount] = {};  // MaxDynamicSharedMemorySize as set
+  int per_sm[kShapes] = {};               // CTAs per SM by shape; 0: the shape does not fit
+};
+
+std::mutex g_mutex;
+std::vector<DeviceInfo> g_devices;  // one entry per prepared device; never shrinks
+
+const void* kernel_ptr(KernelId k) {
+  switch (k) {
+    case kDetectKernel: return reinterpret_cast<const void*>(&kernels::detect_kernel);
+    case kEncodeKernel: return reinterpret_cast<const void*>(&kernels::encode_kernel);
+    case kFinalizeKernel: return reinterpret_cast<const void*>(&kernels::finalize_kernel);
+    default: return reinterpret_cast<const void*>(&kernels::decode_kernel);
+  }
+}
+
+// Loads the kernels on device `dev` (cudaFuncGetAttributes forces the module load), sets each one's
+// dynamic shared memory limit and measures the occupancy of every launch shape. Called without
+// g_mutex held: a module load takes milliseconds and must not stall launches on other devices.
+// A kernel without an image for this device is kUnsupported (cuda_error set).
+GpuStatus configure_device(int dev, DeviceInfo* info, const LaunchOptions& launch) {
+  info->device = dev;
+  ZIPCCL_CUDA_TRY(cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, dev));
+  ZIPCCL_CUDA_TRY(cudaDeviceGetAttribute(&info->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  for (int i = 0; i < kKernelCount; ++i) {
+    const KernelId k = KernelId(i);
+    cudaFuncAttributes attr;
+    const cudaError_t e = cudaFuncGetAttributes(&attr, kernel_ptr(k));
+    if (e == cudaErrorNoKernelImageForDevice) {
+      cuda_fail(e, launch);
+      return GpuStatus::kUnsupported;
+    }
+    ZIPCCL_CUDA_TRY(e);
+    info->max_dynamic[i] = dynamic_smem_attribute(info->smem_optin, attr.sharedSizeBytes, largest_dynamic_smem(k));
+    ZIPCCL_CUDA_TRY(cudaFuncSetAttribute(kernel_ptr(k), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(info->max_dynamic[i])));
+  }
+  for (int i = 0; i < kKernelCount; ++i) {
+    const KernelId k = KernelId(i);
+    const int shapes = k == kEncodeKernel ? 2 * kBlockSizes : 1;
+    for (int j = 0; j < shapes; ++j) {
+      const int planes = j < kBlockSizes ? 2 : 4;
+      const int bl = fmt::kMinBlockLog2 + j % kBlockSizes;
+      const size_t smem = kernel_dynamic_smem(k, planes, bl);
+      int n = 0;
+      if (smem <= info->max_dynamic[i]) {
+        ZIPCCL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_ptr(k), kThreads, smem));
+      }
+      info->per_sm[shape_index(k, planes, bl)] = n;
+    }
+  }
+  return GpuStatus::kOk;
+}
+
+// The device can run the codec: every kernel fits, encode at the default block size for 4 planes.
+GpuStatus device_status(const DeviceInfo& info) {
+  const int needed[] = {shape_index(kDetectKernel, 0, 0), shape_index(kFinalizeKernel, 0, 0),
+                        shape_index(kDecodeKernel, 0, 0), shape_index(kEncodeKernel, 4, kDefaultBlockLog2)};
+  for (int s : needed) {
+    if (info.per_sm[s] < 1) return GpuStatus::kUnsupported;
+  }
+  return GpuStatus::kOk;
+}
+
+const DeviceInfo* find_device(int dev) {
+  for (const auto& d : g_devices) {
+    if (d.device == dev) return &d;
+  }
+  return nullptr;
+}
+
+// Prepares the current device unless it is prepared; *dev receives its ordinal. Nothing is recorded
+// unless every CUDA call succeeded, so a failure is retried by the next call.
+GpuStatus ensure_prepared(int* dev, const LaunchOptions& launch) {
+  ZIPCCL_CUDA_TRY(cudaGetDevice(dev));
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (find_device(*dev)) return GpuStatus::kOk;
+  }
+  DeviceInfo info;
+  const GpuStatus s = configure_device(*dev, &info, launch);
+  if (s != GpuStatus::kOk) {
+    // The error is returned here; consume it so the next launch's cudaGetLastError does not report
+    // it again (a sticky error stays).
+    (void)cudaGetLastError();
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!find_device(*dev)) g_devices.push_back(info);
+  return GpuStatus::kOk;
+}
+
+// SM count and CTAs per SM of kernel k's launch shape on the current device. kUnsupported when the
+// shape's shared memory exceeds what the kernel may have there.
+GpuStatus occupancy(KernelId k, int planes, int block_log2, const LaunchOptions& launch, int* sms, int* per_sm) {
+  int dev = 0;
+  ZIPCCL_TRY(ensure_prepared(&dev, launch));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const DeviceInfo* info = find_device(dev);
+  *sms = info->sms;
+  *per_sm = info->per_sm[shape_index(k, planes, block_log2)];
+  return *per_sm > 0 ? GpuStatus::kOk : GpuStatus::kUnsupported;
+}
+
 GpuStatus launch_encode(EncodeParams& prm, int max_planes, bool any_auto, const LaunchOptions& launch) {
   int sms = 0, per_sm = 0;
   cudaStream_t s = launch.stream;
   if (any_auto) {
-    ZIPCCL_TRY(occupancy(kDetect, sizeof(DetectShared), launch, &sms, &per_sm));
-    kernels::detect_kernel<<<prm.count, kThreads, sizeof(DetectShared), s>>>(prm);
+    ZIPCCL_TRY(occupancy(kDetectKernel, 0, 0, launch, &sms, &per_sm));
+    kernels::detect_kernel<<<prm.count, kThreads, kernel_dynamic_smem(kDetectKernel, 0, 0), s>>>(prm);
     ZIPCCL_CUDA_TRY(cudaGetLastError());
   }
   if (prm.total_slots) {
     const EncodeSmemLayout lay = encode_smem_layout(max_planes, prm.block_log2);
-    ZIPCCL_TRY(occupancy(kEncode, lay.total, launch, &sms, &per_sm));
+    ZIPCCL_TRY(occupancy(kEncodeKernel, max_planes, prm.block_log2, launch, &sms, &per_sm));
     const uint32_t grid = grid_size(prm.total_slots, sms, per_sm, launch.max_sms);
     kernels::encode_kernel<<<grid, kThreads, lay.total, s>>>(prm, lay);
     ZIPCCL_CUDA_TRY(cudaGetLastError());
   }
-  ZIPCCL_TRY(occupancy(kFinalize, 0, launch, &sms, &per_sm));
+  ZIPCCL_TRY(occupancy(kFinalizeKernel, 0, 0, launch, &sms, &per_sm));
   const uint32_t grid = grid_size(prm.total_units, sms, per_sm, launch.max_sms);
   kernels::finalize_kernel<<<grid, kThreads, 0, s>>>(prm);
   ZIPCCL_CUDA_TRY(cudaGetLastError());
@@ -120,6 +181,12 @@ GpuStatus launch_encode(EncodeParams& prm, int max_planes, bool any_auto, const 
 }
 
 }  // namespace
+
+namespace detail {
+cudaError_t kernel_attributes(KernelId k, cudaFuncAttributes* attr) {
+  return cudaFuncGetAttributes(attr, kernel_ptr(k));
+}
+}  // namespace detail
 
 const char* gpu_status_string(GpuStatus s) {
   switch (s) {
@@ -132,6 +199,14 @@ const char* gpu_status_string(GpuStatus s) {
     case GpuStatus::kCudaError: return "CUDA error";
   }
   return "unknown status";
+}
+
+GpuStatus prepare_device(const LaunchOptions& launch) {
+  if (launch.cuda_error) *launch.cuda_error = cudaSuccess;
+  int dev = 0;
+  ZIPCCL_TRY(ensure_prepared(&dev, launch));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return device_status(*find_device(dev));
 }
 
 size_t encode_workspace_size(size_t n, int block_log2) { return encode_batch_workspace_size(&n, 1, block_log2); }
@@ -196,9 +271,9 @@ GpuStatus decode_batch_async(const DecodeItem* items, size_t count, CodecResult*
     prm.results = results + c0;
     prm.host_results = host_results ? host_results + c0 : nullptr;
     int sms = 0, per_sm = 0;
-    ZIPCCL_TRY(occupancy(kDecode, sizeof(DecodeShared), launch, &sms, &per_sm));
+    ZIPCCL_TRY(occupancy(kDecodeKernel, 0, 0, launch, &sms, &per_sm));
     const uint32_t grid = grid_size(unit_bound, sms, per_sm, launch.max_sms);
-    kernels::decode_kernel<<<grid, kThreads, sizeof(DecodeShared), launch.stream>>>(prm);
+    kernels::decode_kernel<<<grid, kThreads, kernel_dynamic_smem(kDecodeKernel, 0, 0), launch.stream>>>(prm);
     ZIPCCL_CUDA_TRY(cudaGetLastError());
   }
   return GpuStatus::kOk;

@@ -135,6 +135,26 @@ struct EncodeSmemLayout {
   uint32_t total;
 };
 
+// ---- Shared memory budget ------------------------------------------------------------------------
+// A CTA's shared memory is the kernel's static part (cudaFuncAttributes::sharedSizeBytes, ptxas's
+// "bytes smem") plus the dynamic bytes of the launch. cudaFuncSetAttribute rejects a
+// MaxDynamicSharedMemorySize above the device's per-block opt-in less the static part, so a value
+// of the whole opt-in fails for any kernel with static shared memory.
+enum KernelId : int { kDetectKernel, kEncodeKernel, kFinalizeKernel, kDecodeKernel, kKernelCount };
+
+// The most dynamic shared memory a kernel with `static_bytes` of static shared memory may be given
+// on a device whose per-block opt-in is `optin` bytes (0 when the static part alone does not fit).
+ZIPCCL_HD size_t dynamic_smem_limit(int optin, size_t static_bytes) {
+  return optin > 0 && size_t(optin) > static_bytes ? size_t(optin) - static_bytes : 0;
+}
+
+// The MaxDynamicSharedMemorySize set for a kernel whose launches ask for at most `largest_request`
+// dynamic bytes: what it asks for, capped at what it may have. Launches above it are refused.
+ZIPCCL_HD size_t dynamic_smem_attribute(int optin, size_t static_bytes, size_t largest_request) {
+  const size_t limit = dynamic_smem_limit(optin, static_bytes);
+  return largest_request < limit ? largest_request : limit;
+}
+
 // ---- Host-side parameter building (no CUDA calls; tested on the CPU) ----------------------------
 inline bool valid_block_log2(int block_log2) {
   return block_log2 == 0 || (block_log2 >= fmt::kMinBlockLog2 && block_log2 <= fmt::kMaxBlockLog2);

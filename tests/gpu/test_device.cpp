@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <random>
 
 #include "emulate.h"
+#include "kernels.cuh"
 #include "test_data.h"
 #include "zipccl/codec_cuda.h"
 
@@ -287,6 +289,58 @@ TEST(Device, MappedResultsCanBePolled) {
   CUDA_OK(cudaStreamSynchronize(s));
   CUDA_OK(cudaStreamDestroy(s));
   CUDA_OK(cudaFreeHost(host));
+}
+
+// prepare_device sets each kernel's dynamic shared memory limit within what the device allows
+// beside the kernel's static shared memory (cudaFuncSetAttribute rejects more), and the codec works
+// afterwards, fp32 at the largest block size included (it fits sm_80 and sm_90).
+TEST(Device, PrepareDeviceConfiguresEveryKernelWithinTheOptIn) {
+  REQUIRE_DEVICE();
+  namespace gd = codec::gpu::detail;
+  cudaError_t ce = cudaErrorUnknown;
+  codec::gpu::LaunchOptions lo;
+  lo.cuda_error = &ce;
+  ASSERT_EQ(codec::gpu::prepare_device(lo), GpuStatus::kOk) << cudaGetErrorString(ce);
+  EXPECT_EQ(ce, cudaSuccess);
+  ASSERT_EQ(codec::gpu::prepare_device(lo), GpuStatus::kOk) << "a second call";
+  int dev = 0, optin = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  size_t encode_max_dynamic = 0;
+  for (int i = 0; i < gd::kKernelCount; ++i) {
+    const auto k = gd::KernelId(i);
+    cudaFuncAttributes attr;
+    CUDA_OK(gd::kernel_attributes(k, &attr));
+    std::printf("kernel %d: %zu static, %d max dynamic, %d registers, %zu local bytes (opt-in %d)\n", i,
+                attr.sharedSizeBytes, attr.maxDynamicSharedSizeBytes, attr.numRegs, attr.localSizeBytes, optin);
+    EXPECT_LE(attr.sharedSizeBytes + size_t(attr.maxDynamicSharedSizeBytes), size_t(optin)) << "kernel " << i;
+    EXPECT_EQ(size_t(attr.maxDynamicSharedSizeBytes),
+              gd::dynamic_smem_attribute(optin, attr.sharedSizeBytes, gd::largest_dynamic_smem(k)))
+        << "kernel " << i;
+    if (k == gd::kEncodeKernel) encode_max_dynamic = size_t(attr.maxDynamicSharedSizeBytes);
+  }
+  const size_t elems = 3 * 16384 + 5;
+  const std::vector<EmuInput> in = {{gaussian_fp32(elems, 0.1, 11, false), ElemType::kFp32},
+                                    {gaussian_bf16(elems, 1.0, 12), ElemType::kBf16},
+                                    {gaussian_fp32(elems, 1.0, 13, true), ElemType::kAuto}};
+  for (int bl : {0, 14}) {
+    if (bl == 14 && gd::kernel_dynamic_smem(gd::kEncodeKernel, 4, bl) > encode_max_dynamic) {
+      std::printf("fp32 at block_log2 14 does not fit this device (sm_86/sm_89); not run\n");
+      continue;
+    }
+    const auto frames = gpu_encode(in, bl);
+    ASSERT_EQ(frames.size(), in.size());
+    const int cpu_bl = bl ? bl : kGpuDefault;
+    EXPECT_EQ(frames[0], cpu_encode(in[0].bytes, ElemType::kFp32, cpu_bl)) << "block_log2 " << bl;
+    EXPECT_EQ(frames[1], cpu_encode(in[1].bytes, ElemType::kBf16, cpu_bl)) << "block_log2 " << bl;
+    std::vector<size_t> cap;
+    for (const auto& m : in) cap.push_back(m.bytes.size());
+    const auto dec = gpu_decode(frames, cap);
+    for (size_t i = 0; i < in.size(); ++i) {
+      EXPECT_EQ(dec[i].status, 0) << "message " << i << ", block_log2 " << bl;
+      EXPECT_EQ(dec[i].bytes, in[i].bytes) << "message " << i << ", block_log2 " << bl;
+    }
+  }
 }
 
 TEST(Device, ArgumentErrorsAreReturnedNotRaised) {

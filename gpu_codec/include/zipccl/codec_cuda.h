@@ -98,6 +98,17 @@ struct DecodeItem {
   size_t dst_capacity;
 };
 
+// Loads and configures every codec kernel on the current device (module load, shared-memory limits,
+// occupancy for every block size) so that later encode/decode calls on this device make no
+// module-loading or attribute calls. Call once per device off the data path (the plugin calls it at
+// connect time). Thread-safe, idempotent; kUnsupported when the device cannot run the kernels (no
+// kernel image for it, or too little shared memory for the default block size), kCudaError
+// (launch.cuda_error set) when a CUDA call fails. A failure records nothing: the next call retries.
+// Only launch.cuda_error is used. The encode/decode functions call it themselves on a device not
+// yet prepared; a block size whose shared memory this device lacks (fp32 at 16384 elements on
+// sm_86/sm_89) is then kUnsupported at encode time.
+GpuStatus prepare_device(const LaunchOptions& launch = LaunchOptions());
+
 // Workspace bytes for encoding one n-byte message / a batch (sizes[i] = n of message i).
 size_t encode_workspace_size(size_t n, int block_log2 = 0);
 size_t encode_batch_workspace_size(const size_t* sizes, size_t count, int block_log2 = 0);
