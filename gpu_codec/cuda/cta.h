@@ -9,6 +9,9 @@
 
 #include <cstdint>
 #include <cstring>
+#if !defined(__CUDA_ARCH__)
+#include <atomic>
+#endif
 
 #include "format.h"
 
@@ -23,6 +26,28 @@ namespace detail {
 #define ZIPCCL_DEV inline
 #endif
 
+// ---- hist_add's warp aggregation, shared by DeviceCta and the host emulation --------------------
+// Lanes combine when they increment the same counter: the match is on the counter's address, not
+// the key alone, since one warp can hold lanes of two planes (two histograms).
+ZIPCCL_HD unsigned long long hist_match_value(const uint32_t* hist, uint32_t key) {
+  return (unsigned long long)(uintptr_t)(hist + key);
+}
+// The lowest lane of a peer group adds the group's count.
+ZIPCCL_HD bool is_group_leader(unsigned peers, unsigned lane) {
+#if defined(__CUDA_ARCH__)
+  return lane == unsigned(__ffs(peers) - 1);
+#else
+  return lane == unsigned(__builtin_ctz(peers));
+#endif
+}
+ZIPCCL_HD uint32_t group_count(unsigned peers) {
+#if defined(__CUDA_ARCH__)
+  return uint32_t(__popc(peers));
+#else
+  return uint32_t(__builtin_popcount(peers));
+#endif
+}
+
 struct DeviceCta {
 #if defined(__CUDA_ARCH__)
   ZIPCCL_DEV int tid() const { return int(threadIdx.x); }
@@ -36,9 +61,8 @@ struct DeviceCta {
   // Increments hist[key]; lanes of a warp with equal keys combine into one atomic (exponent planes
   // have few distinct values, and same-address shared atomics serialise).
   ZIPCCL_DEV void hist_add(uint32_t* hist, uint32_t key) const {
-    const unsigned active = __activemask();
-    const unsigned peers = __match_any_sync(active, key);
-    if ((threadIdx.x & 31) == unsigned(__ffs(peers) - 1)) atomicAdd(hist + key, uint32_t(__popc(peers)));
+    const unsigned peers = __match_any_sync(__activemask(), hist_match_value(hist, key));
+    if (is_group_leader(peers, threadIdx.x & 31)) atomicAdd(hist + key, group_count(peers));
   }
   ZIPCCL_DEV void fence() const { __threadfence(); }
   ZIPCCL_DEV void fence_system() const { __threadfence_system(); }
@@ -67,7 +91,37 @@ struct DeviceCta {
 #endif
 };
 
-// ---- Global memory access helpers ---------------------------------------------------------------
+// ---- Memory access helpers ----------------------------------------------------------------------
+// load16_aligned and load_byte (so load_elem) are global-only (__ldg: on shared memory the device
+// faults with cudaErrorInvalidAddressSpace); they read the kernels' global inputs. Code whose
+// source may be shared memory uses the generic loads (load16_generic, load_u32_aligned, plain
+// dereference).
+#if !defined(__CUDA_ARCH__)
+// Shared-memory reads through the global-only loads, as the host emulation (tests/gpu/host_cta.h)
+// counts them: it sets each CTA thread's arena range; elsewhere the range is empty.
+struct HostSharedLoads {
+  std::atomic<uint64_t> count{0};
+  std::atomic<const void*> first{nullptr};
+};
+struct HostSharedArena {
+  const uint8_t* begin = nullptr;
+  const uint8_t* end = nullptr;
+  HostSharedLoads* loads = nullptr;
+};
+inline HostSharedArena& host_shared_arena() {
+  static thread_local HostSharedArena arena;
+  return arena;
+}
+inline void host_check_global_load(const uint8_t* p, size_t bytes) {
+  const HostSharedArena& a = host_shared_arena();
+  const uintptr_t at = uintptr_t(p);
+  if (at + bytes <= uintptr_t(a.begin) || at >= uintptr_t(a.end)) return;
+  const void* none = nullptr;
+  a.loads->first.compare_exchange_strong(none, p);
+  a.loads->count.fetch_add(1);
+}
+#endif
+
 struct Vec16 {
   uint32_t w[4];
 };
@@ -76,6 +130,19 @@ ZIPCCL_HD Vec16 load16_aligned(const uint8_t* p) {
   Vec16 v;
 #if defined(__CUDA_ARCH__)
   const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  v.w[0] = u.x, v.w[1] = u.y, v.w[2] = u.z, v.w[3] = u.w;
+#else
+  host_check_global_load(p, 16);
+  std::memcpy(v.w, p, 16);
+#endif
+  return v;
+}
+
+// 16 bytes from a 16-aligned address in global or shared memory.
+ZIPCCL_HD Vec16 load16_generic(const uint8_t* p) {
+  Vec16 v;
+#if defined(__CUDA_ARCH__)
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
   v.w[0] = u.x, v.w[1] = u.y, v.w[2] = u.z, v.w[3] = u.w;
 #else
   std::memcpy(v.w, p, 16);
@@ -95,6 +162,7 @@ ZIPCCL_HD uint8_t load_byte(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
   return __ldg(p);
 #else
+  host_check_global_load(p, 1);
   return *p;
 #endif
 }
@@ -124,8 +192,8 @@ ZIPCCL_HD uint32_t load_elem(const uint8_t* p, uint32_t esize) {
   return v;
 }
 
-// Copies `bytes` from src to dst with the whole CTA: 16-byte accesses when both are 16-aligned,
-// 4-byte when both are 4-aligned, bytes otherwise.
+// Copies `bytes` from src (global or shared) to dst with the whole CTA: 16-byte accesses when both
+// are 16-aligned, 4-byte when both are 4-aligned, bytes otherwise.
 template <class Cta>
 ZIPCCL_HD void cta_copy(const Cta& cta, uint8_t* dst, const uint8_t* src, size_t bytes) {
   const uintptr_t a = uintptr_t(dst) | uintptr_t(src);
@@ -133,7 +201,7 @@ ZIPCCL_HD void cta_copy(const Cta& cta, uint8_t* dst, const uint8_t* src, size_t
   if ((a & 15) == 0) {
     const size_t n16 = bytes / 16;
     for (size_t i = size_t(cta.tid()); i < n16; i += size_t(cta.size()))
-      store16_aligned(dst + 16 * i, load16_aligned(src + 16 * i));
+      store16_aligned(dst + 16 * i, load16_generic(src + 16 * i));
     done = n16 * 16;
   } else if ((a & 3) == 0) {
     const size_t n4 = bytes / 4;

@@ -101,11 +101,14 @@ ZIPCCL_HD int check_frame(const uint8_t* src, uint64_t size, uint64_t cap, Frame
 }
 
 // ---- auto: element type detection (detect.cpp, same sample, same arithmetic) --------------------
+constexpr int kDetectE5At = 6 * 256;  // bins: h16's 2 planes, h32's 4 planes, then e5's 32
+constexpr int kDetectBins = kDetectE5At + 32;
+
 struct DetectShared {
   uint32_t h16[2][256];
   uint32_t h32[4][256];
   uint32_t e5[32];
-  double term[7 * 256 + 32];  // p * log2(p) per bin, summed in bin order by one thread
+  double term[kDetectBins];  // p * log2(p) per bin, summed in bin order by one thread
   uint32_t n16, n32;
 };
 
@@ -137,7 +140,7 @@ template <class Cta>
 ZIPCCL_HD uint8_t detect_type(const Cta& cta, const uint8_t* src, size_t n, DetectShared& sh) {
   if (!src || n < 64) return fmt::kTypeNone;
   uint32_t* hist = &sh.h16[0][0];
-  for (int i = cta.tid(); i < 2 * 256 + 4 * 256 + 32; i += cta.size()) hist[i] = 0;  // h16, h32, e5 are contiguous
+  for (int i = cta.tid(); i < kDetectBins; i += cta.size()) hist[i] = 0;  // h16, h32, e5 are contiguous
   cta.sync();
   const size_t chunks = detect_chunks(n);
   const size_t words_per_chunk = kDetectChunk / 4;
@@ -163,10 +166,10 @@ ZIPCCL_HD uint8_t detect_type(const Cta& cta, const uint8_t* src, size_t n, Dete
     sh.n16 = n16, sh.n32 = n16 / 2;
   }
   cta.sync();
-  for (int i = cta.tid(); i < 7 * 256 + 32; i += cta.size()) {
-    const uint32_t f = i < 512 ? sh.h16[i / 256][i % 256] : i < 7 * 256 ? sh.h32[(i - 512) / 256][i % 256]
-                                                                         : sh.e5[i - 7 * 256];
-    sh.term[i] = entropy_term(f, i < 512 || i >= 7 * 256 ? sh.n16 : sh.n32);
+  for (int i = cta.tid(); i < kDetectBins; i += cta.size()) {
+    const uint32_t f = i < 512 ? sh.h16[i / 256][i % 256] : i < kDetectE5At ? sh.h32[(i - 512) / 256][i % 256]
+                                                                           : sh.e5[i - kDetectE5At];
+    sh.term[i] = entropy_term(f, i < 512 || i >= kDetectE5At ? sh.n16 : sh.n32);
   }
   cta.sync();
   const double p0_16 = entropy_sum(sh.term, 256, sh.n16);
@@ -176,7 +179,7 @@ ZIPCCL_HD uint8_t detect_type(const Cta& cta, const uint8_t* src, size_t n, Dete
   const double r16 = bits16 / 16, r32 = bits32 / 32;
   if ((r16 < r32 ? r16 : r32) > 0.97) return fmt::kTypeNone;
   if (r32 < r16 * 0.98) return fmt::kTypeFp32;
-  const double exp5 = entropy_sum(sh.term + 7 * 256, 32, sh.n16);
+  const double exp5 = entropy_sum(sh.term + kDetectE5At, 32, sh.n16);
   return p0_16 - exp5 > 2.75 ? fmt::kTypeFp16 : fmt::kTypeBf16;
 }
 

@@ -19,6 +19,7 @@ namespace gd = codec::gpu::detail;
 struct EmuGrid {
   uint32_t grid = 3;  // CTAs per launch (all co-resident)
   int threads = gd::kThreads;
+  GridSchedule sched;  // order of each CTA's warps between barriers
 };
 
 struct EmuInput {
@@ -52,16 +53,16 @@ inline std::vector<std::vector<uint8_t>> emu_encode(const std::vector<EmuInput>&
   prm.host_results = host_res.data();
   if (any_auto) {
     run_grid(prm.count, g.threads, sizeof(gd::DetectShared),
-             [&](const HostCta& cta, uint8_t* smem) { gd::detect_body(cta, prm, smem); });
+             [&](const HostCta& cta, uint8_t* smem) { gd::detect_body(cta, prm, smem); }, g.sched);
   }
   if (prm.total_slots) {
     const gd::EncodeSmemLayout lay = gd::encode_smem_layout(max_planes, prm.block_log2);
     run_grid(g.grid, g.threads, lay.total,
-             [&](const HostCta& cta, uint8_t* smem) { gd::encode_body(cta, prm, smem, lay); });
+             [&](const HostCta& cta, uint8_t* smem) { gd::encode_body(cta, prm, smem, lay); }, g.sched);
   }
   run_grid(g.grid, g.threads, 16, [&](const HostCta& cta, uint8_t* smem) {
     gd::finalize_body(cta, prm, reinterpret_cast<uint32_t*>(smem));
-  });
+  }, g.sched);
   // The types detected for auto stay in the workspace (rewritten by every call); all else is clear.
   for (size_t b = 0; b < ws.size(); ++b) {
     if (b >= gd::kItemStateOffset && b < gd::kSlotsOffset) continue;
@@ -102,7 +103,7 @@ inline std::vector<EmuDecoded> emu_decode_launch(const std::vector<std::vector<u
   prm.results = res.data();
   prm.host_results = host_res.data();
   run_grid(g.grid, g.threads, sizeof(gd::DecodeShared),
-           [&](const HostCta& cta, uint8_t* smem) { gd::decode_body(cta, prm, smem); });
+           [&](const HostCta& cta, uint8_t* smem) { gd::decode_body(cta, prm, smem); }, g.sched);
   for (uint8_t b : ws) EXPECT_EQ(b, 0);
   std::vector<EmuDecoded> out(frames.size());
   for (size_t i = 0; i < frames.size(); ++i) {
