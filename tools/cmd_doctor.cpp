@@ -504,6 +504,14 @@ int run_check(const Options& opt) {
                   d.ptr_support == NCCL_PTR_HOST ? "host" : std::to_string(d.ptr_support).c_str(),
                   d.max_comms);
     }
+    // The plugin's own word on device buffers (its INFO line from getProperties): on, or off and why.
+    {
+      std::lock_guard<std::mutex> lock(g_log_mu);
+      for (const LogLine& l : g_log) {
+        const size_t at = l.text.find("GPU path: ");
+        if (at != std::string::npos) std::printf("  GPU path  %s\n", l.text.c_str() + at + 10);
+      }
+    }
     if (opt.verbose) {
       std::lock_guard<std::mutex> lock(g_log_mu);
       std::printf("\nplugin log\n");

@@ -468,6 +468,7 @@ struct Run {
   std::map<std::string, Result> results;  // "rank coll type"
   double ratio = 0;
   uint64_t bytes_in = 0, bytes_wire = 0, compressed = 0, messages = 0;
+  uint64_t device_encoded = 0, device_decoded = 0;  // frames the GPU path encoded (send) / decoded (receive)
 };
 
 int free_port() {
@@ -591,7 +592,9 @@ Run run_all_ranks(const Options& o, const std::string& self, const std::string& 
   std::ifstream stats(dir + "/stats.jsonl");
   std::string line;
   while (std::getline(stats, line)) {
+    if (line.find("\"dir\":\"recv\"") != std::string::npos) run.device_decoded += json_u64(line, "device_codec");
     if (line.find("\"dir\":\"send\"") == std::string::npos) continue;
+    run.device_encoded += json_u64(line, "device_codec");
     run.bytes_in += json_u64(line, "bytes_in");
     run.bytes_wire += json_u64(line, "bytes_wire");
     run.compressed += json_u64(line, "compressed");
@@ -672,6 +675,9 @@ int cmd_nccl_check(int argc, char** argv) {
   if (n <= 0) return std::fprintf(stderr, "nccl-check: cannot find this program\n"), 1;
   self[n] = 0;
   if (o.plugin.empty()) o.plugin = default_plugin(self);
+  // Line-buffered even into a file or pipe: a run cut short by an outer timeout still leaves every line
+  // it printed, the header and each finished protocol included.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::printf(
       "zipccl nccl-check: %d ranks, %zu bytes per rank, %d iterations, plugin %s, compressed run: %s%s\n",
       o.np, o.bytes, o.iters, o.plugin.c_str(), o.compress.c_str(), o.fake ? " (fake backend)" : "");
@@ -679,6 +685,7 @@ int cmd_nccl_check(int argc, char** argv) {
               "busbw comp.");
   bool all_ok = true;
   for (const std::string& proto : o.protos) {
+    std::printf("%-7s running: never, then %s (limit %d s each)\n", proto.c_str(), o.compress.c_str(), o.timeout_s);
     const Run never = run_all_ranks(o, self, proto, "never");
     const Run comp = run_all_ranks(o, self, proto, o.compress);
     if (proto == o.protos.front() && !never.info.empty()) std::printf("under: %s\n", never.info.c_str());
@@ -719,8 +726,8 @@ int cmd_nccl_check(int argc, char** argv) {
       }
     }
     std::printf("%-7s plugin statistics (send side), compressed run: %" PRIu64 " messages, %" PRIu64
-                " compressed, ratio %.3f\n",
-                proto.c_str(), comp.messages, comp.compressed, comp.ratio);
+                " compressed, ratio %.3f; GPU path: %" PRIu64 " device-encoded, %" PRIu64 " device-decoded\n",
+                proto.c_str(), comp.messages, comp.compressed, comp.ratio, comp.device_encoded, comp.device_decoded);
   }
   std::printf("%s\n", all_ok ? "nccl-check: every result bit-exact" : "nccl-check: FAILED");
   return all_ok ? 0 : 1;

@@ -80,6 +80,9 @@ class SendComm {
     return isend(data, size, tag, false, request);
   }
   ncclResult_t test(void* request, int* done, size_t* size);
+  // regMr of `size` bytes of device memory at `data`: everything device messages from it need is
+  // allocated, created and loaded now (gpu::Channel::reserve), none of it on the data path.
+  ncclResult_t reserve_device(void* data, size_t size);
   SendConn* conn() const { return conn_.get(); }
 
   CommHeader header{kSendCommMagic};
@@ -131,7 +134,8 @@ class SendComm {
   void finish_encode(Seg* g);
   void start_sample(Req* r, codec::ElemType type);
   void finish_sample();
-  ncclResult_t start_device(Req* r, bool compress);
+  ncclResult_t start_device(Req* r, bool compress, bool* busy);
+  ncclResult_t encode_finished(int slot, const Seg* g, bool* finished);
   ncclResult_t copy_to_host(Req* r, Seg* g, size_t j, const void* src, size_t n);
   ncclResult_t progress_device();
 
@@ -168,6 +172,8 @@ class RecvComm {
     return irecv(data, size, tag, false, false, request);
   }
   ncclResult_t test(void* request, int* done, size_t* size);
+  // regMr of device memory: as SendComm::reserve_device.
+  ncclResult_t reserve_device(void* data, size_t size);
   RecvConn* conn() const { return conn_.get(); }
 
   CommHeader header{kRecvCommMagic};
@@ -218,6 +224,7 @@ class RecvComm {
   ncclResult_t fail(Req* r);
   void start_decode(Req* r, Seg* g, const void* src);
   ncclResult_t start_device_segment(Req* r, Seg* g, size_t j, const void* src);
+  ncclResult_t take_device_staging(Req* r, bool marked, bool* busy);
   ncclResult_t finish_device_landing(Req* r, bool* done);
 
   std::unique_ptr<RecvConn> conn_;

@@ -3,7 +3,10 @@
 // after ZIPCCL_GPU_EMULATE_DELAY_US, so a pipeline that reads a buffer before its copy finished, or
 // reports completion before the decode, fails its tests (and shows under TSan). The codec is the CPU
 // codec, whose frames are byte-identical to the CUDA codec's. ZIPCCL_GPU_EMULATE_FAIL_EVERY=N makes
-// every Nth encode or decode report a codec error, as a faulting kernel would.
+// every Nth encode or decode report a codec error. emulated_fault() injects what a real device does
+// on a kernel fault (sticky: nothing after it runs, every call fails) or a failed launch, and every
+// call that may synchronise the device or load modules is counted (emulated_setup_calls), so the
+// tests catch an allocation or a module load on the data path, which the CPU cannot feel.
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -39,6 +42,13 @@ std::condition_variable g_gate_cv;
 uint64_t g_encodes_done = 0;             // guarded by g_gate_mu
 uint64_t g_encode_allow = ~uint64_t{0};  // guarded by g_gate_mu
 
+std::atomic<uint64_t> g_setup_calls{0};
+// Fault injection: stream operations (encode, decode, copy, land) left before the fault; ~0: none.
+std::atomic<uint64_t> g_fault_after{~uint64_t{0}};
+std::atomic<bool> g_fault_sticky{true};
+std::atomic<bool> g_faulted{false};  // a sticky fault happened: the device is unusable
+void setup_call() { g_setup_calls.fetch_add(1, std::memory_order_relaxed); }
+
 struct EmuEvent {
   EmuStream* stream;
   uint64_t target = 0;
@@ -49,15 +59,25 @@ class EmulatedOps final : public DeviceOps {
   EmulatedOps() : delay_us_(settings().gpu_emulate_delay_us), fail_every_(settings().gpu_emulate_fail_every) {}
   const char* name() const override { return "host emulation (tests)"; }
   int device_of(const void*) override { return 0; }
-  ncclResult_t make_current(int) override { return ncclSuccess; }
+  ncclResult_t make_current(int) override { return sticky("cudaSetDevice"); }
+  ncclResult_t prepare(int) override {
+    setup_call();
+    return sticky("prepare_device");
+  }
+  ncclResult_t reserve_workspace(void*, size_t) override {
+    setup_call();
+    return sticky("cudaMalloc (workspace)");
+  }
 
   ncclResult_t create_stream(int, void** stream) override {
+    setup_call();
     auto* s = new EmuStream;
     s->thread = std::thread([s, this] { run(s); });
     *stream = s;
     return ncclSuccess;
   }
   void destroy_stream(void* stream) override {
+    setup_call();
     auto* s = static_cast<EmuStream*>(stream);
     {
       std::lock_guard<std::mutex> lock(s->mu);
@@ -68,17 +88,28 @@ class EmulatedOps final : public DeviceOps {
     delete s;
   }
   ncclResult_t create_event(void* stream, void** event) override {
+    setup_call();
     *event = new EmuEvent{static_cast<EmuStream*>(stream)};
     return ncclSuccess;
   }
-  void destroy_event(void* event) override { delete static_cast<EmuEvent*>(event); }
+  void destroy_event(void* event) override {
+    setup_call();
+    delete static_cast<EmuEvent*>(event);
+  }
   ncclResult_t alloc_device(size_t n, void** p) override { return alloc(n, p); }
-  void free_device(void* p) override { std::free(p); }
+  void free_device(void* p) override {
+    setup_call();
+    std::free(p);
+  }
   ncclResult_t alloc_host(size_t n, void** p) override { return alloc(n, p); }
-  void free_host(void* p) override { std::free(p); }
+  void free_host(void* p) override {
+    setup_call();
+    std::free(p);
+  }
 
   ncclResult_t encode(void* stream, const void* src, size_t n, void* dst, size_t cap, codec::ElemType type,
                       int, Result* out) override {
+    ZIPCCL_CHECK(launch("encode_async"));
     bool fail = inject();
     submit(stream, [=] {
       {
@@ -104,6 +135,7 @@ class EmulatedOps final : public DeviceOps {
   }
   ncclResult_t decode(void* stream, const void* src, size_t n, void* dst, size_t cap, int,
                       Result* out) override {
+    ZIPCCL_CHECK(launch("decode_async"));
     bool fail = inject();
     submit(stream, [=] {
       size_t size = 0;
@@ -118,10 +150,12 @@ class EmulatedOps final : public DeviceOps {
     return ncclSuccess;
   }
   ncclResult_t copy(void* stream, void* dst, const void* src, size_t n, Copy) override {
+    ZIPCCL_CHECK(sticky("cudaMemcpyAsync"));
     if (n) submit(stream, [=] { std::memcpy(dst, src, n); });
     return ncclSuccess;
   }
   ncclResult_t land_lines(void* stream, void* dst, const void* src, size_t n) override {
+    ZIPCCL_CHECK(sticky("launch_land_lines"));
     submit(stream, [=] {
       line_order(n, [&](const Piece& p) {
         // The emulation only needs program order (one thread writes); the kernel uses __threadfence().
@@ -132,6 +166,7 @@ class EmulatedOps final : public DeviceOps {
     return ncclSuccess;
   }
   ncclResult_t record(void* stream, void* event) override {
+    ZIPCCL_CHECK(sticky("cudaEventRecord"));
     auto* s = static_cast<EmuStream*>(stream);
     auto* e = static_cast<EmuEvent*>(event);
     std::lock_guard<std::mutex> lock(s->mu);
@@ -139,13 +174,36 @@ class EmulatedOps final : public DeviceOps {
     return ncclSuccess;
   }
   ncclResult_t query(void* event, bool* done) override {
+    ZIPCCL_CHECK(sticky("cudaEventQuery"));
     auto* e = static_cast<EmuEvent*>(event);
     *done = e->stream->completed.load(std::memory_order_acquire) >= e->target;
     return ncclSuccess;
   }
 
  private:
+  // After a sticky fault every call fails, as CUDA's do; logged once per process, as gpu_cuda.cpp does.
+  static ncclResult_t sticky(const char* call) {
+    if (!g_faulted.load(std::memory_order_acquire)) return ncclSuccess;
+    static std::once_flag once;
+    std::call_once(once, [call] {
+      ZIPCCL_WARN("%s failed: an illegal memory access was encountered (emulated sticky fault)", call);
+    });
+    return ncclUnhandledCudaError;
+  }
+  // A launch: fails when the device is faulted, or when a launch fault is armed and due.
+  static ncclResult_t launch(const char* call) {
+    ZIPCCL_CHECK(sticky(call));
+    if (g_fault_sticky.load()) return ncclSuccess;
+    uint64_t left = g_fault_after.load();
+    while (left != ~uint64_t{0} && !g_fault_after.compare_exchange_weak(left, left ? left - 1 : ~uint64_t{0})) {
+    }
+    if (left != 0) return ncclSuccess;
+    ZIPCCL_WARN("%s failed: too many resources requested for launch (emulated launch fault)", call);
+    return ncclUnhandledCudaError;
+  }
   static ncclResult_t alloc(size_t n, void** p) {
+    setup_call();
+    ZIPCCL_CHECK(sticky("cudaMalloc"));
     *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
     if (!*p) {
       ZIPCCL_WARN("emulated allocation of %zu bytes failed", n);
@@ -171,6 +229,15 @@ class EmulatedOps final : public DeviceOps {
     }
     s->cv.notify_one();
   }
+  // Counts down the armed sticky fault, one stream operation at a time.
+  static bool faults_now() {
+    if (!g_fault_sticky.load()) return false;
+    uint64_t left = g_fault_after.load();
+    while (left != ~uint64_t{0}) {
+      if (g_fault_after.compare_exchange_weak(left, left ? left - 1 : ~uint64_t{0})) return left == 0;
+    }
+    return false;
+  }
   void run(EmuStream* s) {
     for (;;) {
       std::function<void()> fn;
@@ -182,6 +249,11 @@ class EmulatedOps final : public DeviceOps {
         s->work.pop_front();
       }
       if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
+      if (faults_now()) {
+        g_faulted.store(true, std::memory_order_release);
+        return;  // this stream never completes anything again (its events stay pending)
+      }
+      if (g_faulted.load(std::memory_order_acquire)) return;
       fn();
       s->completed.fetch_add(1, std::memory_order_release);
     }
@@ -205,6 +277,14 @@ void emulated_gate_encodes(uint64_t allow) {
     g_encode_allow = allow;
   }
   g_gate_cv.notify_all();
+}
+
+uint64_t emulated_setup_calls() { return g_setup_calls.load(); }
+
+void emulated_fault(uint64_t after, bool sticky) {
+  g_faulted.store(false);
+  g_fault_sticky.store(sticky);
+  g_fault_after.store(after);
 }
 
 DeviceOps* emulated_ops() {

@@ -23,14 +23,18 @@ __global__ void land_lines_kernel(char* __restrict__ dst, const char* __restrict
     size_t len = n - off < kLine ? n - off : kLine;
     char* d = dst + off;
     const char* s = src + off;
-    bool aligned = ((reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(s)) & 7) == 0;
+    // 8-byte stores whenever both ends allow them: NCCL's LL lines pair 4 data bytes with a 4-byte flag
+    // in each 8-byte word, and a word written byte by byte can show a new flag beside old data.
+    bool words = ((reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(s) | len) & 7) == 0;
     size_t body = len > kFlag ? len - kFlag : len;
-    if (aligned && len == kLine) {
+    if (words) {
       const uint64_t* s8 = reinterpret_cast<const uint64_t*>(s);
       uint64_t* d8 = reinterpret_cast<uint64_t*>(d);
-      for (unsigned i = 0; i < (kLine - kFlag) / 8; ++i) d8[i] = s8[i];
-      __threadfence();
-      reinterpret_cast<volatile uint64_t*>(d8)[kLine / 8 - 1] = s8[kLine / 8 - 1];
+      for (size_t i = 0; i < body / 8; ++i) d8[i] = s8[i];
+      if (len > kFlag) {
+        __threadfence();
+        reinterpret_cast<volatile uint64_t*>(d8)[len / 8 - 1] = s8[len / 8 - 1];
+      }
     } else {
       for (size_t i = 0; i < body; ++i) d[i] = s[i];
       if (len > kFlag) {
@@ -42,6 +46,13 @@ __global__ void land_lines_kernel(char* __restrict__ dst, const char* __restrict
 }
 
 }  // namespace
+
+// Loads the kernel's module now (CUDA loads lazily, and a load on the proxy thread while NCCL's kernel
+// spins can deadlock): called at regMr time with the codec's prepare_device().
+cudaError_t prepare_land_lines() {
+  cudaFuncAttributes a{};
+  return cudaFuncGetAttributes(&a, land_lines_kernel);
+}
 
 cudaError_t launch_land_lines(void* dst, const void* src, size_t n, int max_sms, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;

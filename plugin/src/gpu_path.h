@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "../nccl/net_common.h"
@@ -50,10 +51,19 @@ class DeviceOps {
   virtual int device_of(const void* p) = 0;
   // Makes `dev` current on the calling thread.
   virtual ncclResult_t make_current(int dev) = 0;
+
+  // ---- setup and teardown: may synchronise the device or load modules, so they run only at regMr
+  // (Channel::reserve) and at close, never between a comm's first isend/irecv and its close ----
+  // Loads and configures every kernel of the GPU path on `dev` (CUDA loads modules lazily, and a
+  // module load while NCCL's kernel spins on the proxy thread can deadlock). Idempotent.
+  virtual ncclResult_t prepare(int dev) = 0;
   // A non-blocking stream on `dev` (made current first).
   virtual ncclResult_t create_stream(int dev, void** stream) = 0;
   // Waits for the stream's work (comm close only), frees it and its workspaces.
   virtual void destroy_stream(void* stream) = 0;
+  // The stream's codec workspaces, sized for messages of up to `bytes`: encode()/decode() never
+  // allocate, and fail on a larger message.
+  virtual ncclResult_t reserve_workspace(void* stream, size_t bytes) = 0;
   virtual ncclResult_t create_event(void* stream, void** event) = 0;
   virtual void destroy_event(void* event) = 0;
   // Device memory on the current device, and pinned host memory the device can write (mapped).
@@ -75,13 +85,20 @@ class DeviceOps {
   // only after the line's other bytes (line_order() below).
   virtual ncclResult_t land_lines(void* stream, void* dst, const void* src, size_t n) = 0;
   virtual ncclResult_t record(void* stream, void* event) = 0;
-  // Non-blocking: *done once everything enqueued before the last record() has finished.
+  // Non-blocking: *done once everything enqueued before the last record() has finished. An error
+  // here (a faulted kernel: CUDA's errors from kernels are sticky) fails the request, never hangs it.
   virtual ncclResult_t query(void* event, bool* done) = 0;
 };
 
-// The process's device operations, chosen once by ZIPCCL_GPU: "off" -> nullptr; "emulate" -> the host
-// emulation; "auto" -> CUDA when this build has it and a device is usable, else nullptr. Thread-safe.
+// The process's device operations, chosen once by ZIPCCL_GPU: "off" (the default until the device
+// checks pass on a GPU) -> nullptr; "emulate" -> the host emulation; "on"/"auto" -> CUDA when this
+// build has it and a device is usable, else nullptr ("on" WARNs then). CUDA_DEVICE_MAX_CONNECTIONS=1
+// turns the CUDA path off (gpu_path_blocker()). Thread-safe.
 DeviceOps* device_ops();
+// Why the CUDA path must stay off in this process whatever ZIPCCL_GPU says, or nullptr. With a
+// single hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, Megatron's setting) the plugin's launches
+// queue behind the application's next kernel, which waits for NCCL's, which waits for the plugin.
+const char* gpu_path_blocker();
 // The CUDA implementation, or nullptr (no toolkit in this build, no driver, no device). Logs why.
 DeviceOps* cuda_ops();
 // The emulation (ZIPCCL_GPU_EMULATE_DELAY_US, ZIPCCL_GPU_EMULATE_FAIL_EVERY apply).
@@ -91,6 +108,15 @@ DeviceOps* emulated_ops();
 // Lets a test hold a message's later segments in "encoding" and watch what the pipeline does meanwhile.
 uint64_t emulated_encodes_done();
 void emulated_gate_encodes(uint64_t allow);
+// Emulation, tests only: calls made so far of the kind that may synchronise the device or load
+// modules (allocations, frees, streams, events, workspaces, prepare): the pipeline
+// tests assert that none happens between regMr and close.
+uint64_t emulated_setup_calls();
+// Emulation, tests only: after `after` more stream operations, the emulated device faults as a
+// kernel with a bad address does: the faulting and all later stream work never run (results are
+// never published) and every later call fails, like CUDA's sticky errors. `sticky` false: after
+// `after` more encode/decode launches, the next one fails at launch (not sticky). ~0 disarms.
+void emulated_fault(uint64_t after, bool sticky);
 
 // ---- LL/LL128 (docs/notes/gpu.md) ----
 // NCCL (v9+ ABI, NCCL_NET_OPTIONAL_RECV_COMPLETION=1, its default) stores this value in *request before
@@ -131,10 +157,14 @@ void line_order(size_t n, Fn&& fn) {
 }
 
 // Per-comm device state: the stream (codec work, receive copies), a second stream for send-side D2H
-// copies (so a segment's copy never waits behind encodes enqueued after it), and per request slot:
-// grow-only staging (replaced buffers are freed at close, so no allocator call waits on the device
-// mid-run), an event (recorded on the stream: a receive's completion), and per segment a pinned Result
-// and a copy-stream event.
+// copies (so a segment's copy never waits behind encodes enqueued after it), and staging. Everything
+// that allocates, creates or loads happens in reserve(), called at regMr of device memory; the data
+// path only takes regions of the staging arenas and polls.
+//
+// Staging: one arena per kind (pinned host, device, landing), each a bump allocator that restarts
+// when no request holds a region. A request takes its regions when it starts and returns them when
+// it completes; a start that finds its arena full returns "try later" (isend/irecv hand NCCL no
+// request, and NCCL retries), so memory stays bounded and no allocation happens mid-run.
 class Channel {
  public:
   Channel(DeviceOps* ops, int slots) : ops_(ops), slots_(static_cast<size_t>(slots)) {}
@@ -144,35 +174,59 @@ class Channel {
 
   DeviceOps* ops() const { return ops_; }
   void* stream() const { return stream_; }
+  void* copy_stream() const { return copy_stream_; }
   int device() const { return dev_; }
-  // Binds to the device of the first device buffer (creates both streams); later buffers must be on it.
-  // Makes the device current on the calling thread every time.
+  // Prepares this comm for device messages of up to `bytes` on `dev` (regMr of a `bytes` buffer):
+  // binds to the device (streams; later registrations must be on it), loads the kernels, sizes the
+  // codec workspaces and the arenas, and creates the results of `segments` per message and, for a
+  // sender (seg_events), their copy-stream events.
+  ncclResult_t reserve(int dev, size_t bytes, size_t segments, bool seg_events);
+  // regMr of device memory at `data` for a comm of `slots` requests: creates *ch at the first one
+  // (on the process's device operations; an error when the GPU path is off) and reserves.
+  static ncclResult_t reserve_for(std::unique_ptr<Channel>* ch, int slots, const void* data, size_t bytes,
+                                  size_t segments, bool seg_events);
+  bool reserved() const { return dev_ >= 0; }
+  // Makes the bound device current on the calling thread, checking that `dev` is it.
   ncclResult_t bind(int dev);
   enum class Buf { kHost, kDevice, kLand };
-  // A buffer of at least n bytes for `slot`.
+  // Slot's region of arena `which`, at least n bytes: taken at the first call of a request, the same
+  // region afterwards. *p is null when the arena is busy now (try later); an error when n exceeds
+  // what reserve() prepared.
   ncclResult_t buffer(int slot, Buf which, size_t n, void** p);
+  // Returns the slot's regions (its request completed).
+  void release(int slot);
   ncclResult_t record(int slot);
   ncclResult_t query(int slot, bool* done);
-  // The copy stream (created with the stream in bind()).
-  void* copy_stream() const { return copy_stream_; }
-  // Segment j of the slot's message: a pinned Result, and an event recorded on the copy stream. Both
-  // are allocated on first use in chunks and never move, so work in flight keeps its pointers.
+  // Segment j of the slot's message: a pinned Result, and an event recorded on the copy stream.
   ncclResult_t seg_result(int slot, size_t j, Result** r);
   ncclResult_t seg_record(int slot, size_t j);
   ncclResult_t seg_query(int slot, size_t j, bool* done);
 
  private:
-  struct Slot {
-    void* buf[3] = {nullptr, nullptr, nullptr};
-    size_t size[3] = {0, 0, 0};
-    void* event = nullptr;
-    std::vector<Result*> result_chunks;  // kSegChunk results each
-    std::vector<void*> seg_events;       // on the copy stream
+  struct Arena {
+    char* base = nullptr;
+    size_t cap = 0, head = 0;
+    int live = 0;  // regions handed out and not yet returned
   };
-  static constexpr size_t kSegChunk = 64;
+  struct Region {
+    Arena* arena = nullptr;
+    void* p = nullptr;
+    size_t size = 0;
+  };
+  struct Slot {
+    Region buf[3];
+    void* event = nullptr;
+    Result* results = nullptr;    // `segments_` of them, pinned
+    std::vector<void*> seg_events;  // on the copy stream
+  };
+  ncclResult_t grow(int kind, size_t cap);
+  void free_arena(int kind, Arena* a);
   DeviceOps* ops_;
   std::vector<Slot> slots_;
-  std::vector<std::pair<int, void*>> retired_;  // (Buf, pointer) freed at close
+  std::vector<std::unique_ptr<Arena>> arenas_[3];  // the last one is current; older ones drain
+  std::vector<Result*> retired_results_;           // replaced by a larger reserve(), freed at close
+  size_t bytes_ = 0;     // largest message reserve() prepared for
+  size_t segments_ = 0;  // most segments per message prepared for
   void* stream_ = nullptr;
   void* copy_stream_ = nullptr;
   int dev_ = -1;

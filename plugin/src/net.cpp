@@ -227,6 +227,19 @@ ncclResult_t net_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, ui
       return ncclSystemError;
     }
   }
+  if (device) {
+    // Device messages from or into this buffer need streams, staging and loaded kernels: all made now,
+    // at registration, so that no isend/irecv allocates or loads a module (either can wait for NCCL's
+    // running kernel, which waits for this proxy thread).
+    SendComm* s = as<SendComm>(comm, kSendCommMagic);
+    RecvComm* r = as<RecvComm>(comm, kRecvCommMagic);
+    ncclResult_t res = s ? s->reserve_device(data, size) : r->reserve_device(data, size);
+    if (res != ncclSuccess) {
+      if (reg) reg->unpin(data);
+      ZIPCCL_WARN("regMr of %zu bytes of CUDA memory at %p: preparing the GPU path failed (see above)", size, data);
+      return res;
+    }
+  }
   *mhandle = new MemHandle{data, size, device ? NCCL_PTR_CUDA : NCCL_PTR_HOST, reg != nullptr};
   return ncclSuccess;
 }

@@ -79,33 +79,16 @@ ncclResult_t RecvComm::irecv(void* data, size_t size, int /*tag*/, bool device, 
   void* target = data;
   if (device) {
     // Every payload for a device receive lands in pinned staging first (a socket cannot write device
-    // memory); it goes to the device on this comm's stream.
-    gpu::DeviceOps* ops = gpu::device_ops();
-    if (!ops) {
-      ZIPCCL_WARN("irecv into device memory, but the GPU path is off");
-      failed_ = true;
-      return ncclInternalError;
+    // memory); it goes to the device on this comm's stream. All of the receive's staging is taken now,
+    // so that nothing later can find the arenas full.
+    bool busy = false;
+    res = take_device_staging(&r, marked, &busy);
+    if (res != ncclSuccess || busy) {
+      r.state = State::kFree;
+      free_.push_back(idx);
+      if (res != ncclSuccess) failed_ = true;
+      return res;  // busy: no request, NCCL retries
     }
-    if (!gpu_) gpu_.reset(new gpu::Channel(ops, static_cast<int>(reqs_.size())));
-    int dev = ops->device_of(data);
-    if (dev < 0) {
-      ZIPCCL_WARN("irecv: %p is registered as device memory but CUDA does not know it", data);
-      failed_ = true;
-      return ncclInternalError;
-    }
-    res = gpu_->bind(dev);
-    if (res == ncclSuccess) {
-      // Segments land at their offsets (a codec segment is smaller than its range); a whole codec
-      // frame may be up to max_encoded_size(size).
-      res = gpu_->buffer(idx, gpu::Channel::Buf::kHost, std::max(size, codec::max_encoded_size(size)),
-                         &r.host_stage);
-    }
-    if (res != ncclSuccess) {
-      failed_ = true;
-      return res;
-    }
-    r.landing = gpu::needs_ordered_landing(
-        settings().gpu_landing == "marked" ? gpu::Landing::kMarked : gpu::Landing::kOrdered, marked);
     target = r.host_stage;
     ++gpu_messages_;
   }
@@ -116,6 +99,37 @@ ncclResult_t RecvComm::irecv(void* data, size_t size, int /*tag*/, bool device, 
   if (res == ncclSuccess) res = progress();
   if (res != ncclSuccess) failed_ = true;
   return res;
+}
+
+ncclResult_t RecvComm::reserve_device(void* data, size_t size) {
+  // A zipccl sender's segments other than the last are at least 4 KiB (effective_segment_bytes).
+  return gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size, size / 4096 + 1, false);
+}
+
+// A device receive's regions: pinned staging for what arrives (a whole codec frame may be up to
+// max_encoded_size(posted)), device staging for codec frames, and the landing buffer when it lands
+// flag-last. *busy (and nothing taken) when an arena is full now.
+ncclResult_t RecvComm::take_device_staging(Req* r, bool marked, bool* busy) {
+  *busy = false;
+  if (!gpu_ || !gpu_->reserved()) {
+    ZIPCCL_WARN("irecv into device memory that was never registered with this comm (regMr)");
+    return ncclInternalError;
+  }
+  ZIPCCL_CHECK(gpu_->bind(gpu_->ops()->device_of(r->data)));
+  const int slot = static_cast<int>(r - reqs_.data());
+  const size_t size = r->capacity, most = std::max(size, codec::max_encoded_size(size));
+  r->landing = gpu::needs_ordered_landing(
+      settings().gpu_landing == "marked" ? gpu::Landing::kMarked : gpu::Landing::kOrdered, marked);
+  using Buf = gpu::Channel::Buf;
+  ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kHost, most, &r->host_stage));
+  if (r->host_stage) ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kDevice, most, &r->dev_stage));
+  if (r->dev_stage && r->landing) ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kLand, size, &r->land_stage));
+  if (!r->host_stage || !r->dev_stage || (r->landing && !r->land_stage)) {
+    gpu_->release(slot);
+    r->host_stage = r->dev_stage = r->land_stage = nullptr;
+    *busy = true;
+  }
+  return ncclSuccess;
 }
 
 // Matches arriving transport messages to posted receives, oldest first: each header is checked by the
@@ -150,8 +164,10 @@ ncclResult_t RecvComm::progress() {
     g->result = nullptr;
     bool codec_frame = r->meta.kind == static_cast<uint8_t>(FrameKind::kCodec);
     bool whole = r->meta.version == kFrameVersion;
-    // Already in transport memory (an RDMA staging slot; whole messages only): use it from there.
-    const void* staged = (whole && (r->device || codec_frame)) ? conn_->take_staged() : nullptr;
+    // Already in transport memory (an RDMA staging slot; whole messages only): a host codec frame is
+    // decoded from there. A device receive copies it into its pinned staging instead (recv() below):
+    // the slot is pageable, and a host-to-device copy from pageable memory synchronises.
+    const void* staged = (whole && !r->device && codec_frame) ? conn_->take_staged() : nullptr;
     char* dst = nullptr;
     if (!staged) {
       if (r->device) {
@@ -181,11 +197,7 @@ ncclResult_t RecvComm::progress() {
     g->src = staged ? staged : dst;
     g->staged = staged;
     if (staged) {
-      if (r->device) {
-        ZIPCCL_CHECK(start_device_segment(r, g, j, staged));
-      } else {
-        start_decode(r, g, staged);
-      }
+      start_decode(r, g, staged);
     } else {
       g->state = SegState::kReceiving;
     }
@@ -265,14 +277,11 @@ ncclResult_t RecvComm::start_device_segment(Req* r, Seg* g, size_t j, const void
   size_t wire = g->meta.wire_len, n = g->meta.original_len;
   bool whole = g->meta.version == kFrameVersion;
   char* out_final = r->data + g->off;
-  using Buf = gpu::Channel::Buf;
-  if (r->landing && !r->land_stage) ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kLand, r->capacity, &r->land_stage));
   char* land = static_cast<char*>(r->land_stage) + (r->land_stage ? g->off : 0);
   if (g->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
     // Frames laid out like the message (each codec segment is smaller than its range); a whole frame
     // may be up to max_encoded_size(posted).
-    if (!r->dev_stage)
-      ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kDevice, whole ? wire : r->capacity, &r->dev_stage));
+    if (!whole && g->off + wire > r->capacity) return ncclInternalError;  // Assembly checked it: a bug
     char* frame = static_cast<char*>(r->dev_stage) + g->off;
     ZIPCCL_CHECK(ops->copy(stream, frame, src, wire, gpu::Copy::kHostToDevice));
     void* out = r->landing ? static_cast<void*>(land) : static_cast<void*>(out_final);
@@ -352,6 +361,7 @@ ncclResult_t RecvComm::test(void* request, int* done, size_t* size) {
   if (size) *size = static_cast<size_t>(r->asm_.offset);
   r->state = State::kFree;
   int idx = static_cast<int>(r - reqs_.data());
+  if (r->device) gpu_->release(idx);
   active_.erase(std::find(active_.begin(), active_.end(), idx));
   free_.push_back(idx);
   return ncclSuccess;

@@ -183,9 +183,15 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
   r.stage_bytes = stage;
 
   if (device) {
+    bool busy = false;
+    ncclResult_t res = start_device(&r, compress && size > 0, &busy);
+    if (res == ncclSuccess && busy) {  // staging full: NCCL retries this isend later
+      r.state = State::kFree;
+      free_.push_back(idx);
+      return ncclSuccess;
+    }
     unposted_.push_back(idx);
     *request = &r.h;
-    ncclResult_t res = start_device(&r, compress && size > 0);
     if (res == ncclSuccess) res = progress();
     if (res != ncclSuccess) failed_ = true;
     return res;
@@ -245,27 +251,33 @@ void SendComm::finish_sample() {
   sample_busy_ = false;
 }
 
+ncclResult_t SendComm::reserve_device(void* data, size_t size) {
+  return gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size,
+                                   static_cast<size_t>(segment_count(size, segment_bytes_)), true);
+}
+
 // Device message: every segment's encode is enqueued on the stream now, each into its own region of
-// device staging with its own pinned result; or, raw, every segment's D2H on the copy stream. Nothing
-// here waits for the device.
-ncclResult_t SendComm::start_device(Req* r, bool compress) {
-  gpu::DeviceOps* ops = gpu::device_ops();
-  if (!ops) {
-    ZIPCCL_WARN("isend from device memory, but the GPU path is off");
+// device staging with its own pinned result, then the slot's event (an encode that faults shows there);
+// or, raw, every segment's D2H on the copy stream. Nothing here allocates or waits for the device;
+// *busy when the staging arenas are full (the caller hands NCCL no request, and NCCL retries).
+ncclResult_t SendComm::start_device(Req* r, bool compress, bool* busy) {
+  *busy = false;
+  if (!gpu_ || !gpu_->reserved()) {
+    ZIPCCL_WARN("isend from device memory that was never registered with this comm (regMr)");
     return ncclInternalError;
   }
-  if (!gpu_) gpu_.reset(new gpu::Channel(ops, static_cast<int>(reqs_.size())));
-  int dev = ops->device_of(r->data);
-  if (dev < 0) {
-    ZIPCCL_WARN("isend: %p is registered as device memory but CUDA does not know it", (const void*)r->data);
-    return ncclInternalError;
-  }
-  ZIPCCL_CHECK(gpu_->bind(dev));
-  ++gpu_messages_;
+  ZIPCCL_CHECK(gpu_->bind(gpu_->ops()->device_of(r->data)));
   int slot = static_cast<int>(r - reqs_.data());
   void* host = nullptr;
-  ZIPCCL_CHECK(
-      gpu_->buffer(slot, gpu::Channel::Buf::kHost, r->stage_bytes, &host));  // sized once per message
+  void* dst = nullptr;
+  ZIPCCL_CHECK(gpu_->buffer(slot, gpu::Channel::Buf::kHost, r->stage_bytes, &host));
+  if (host && compress) ZIPCCL_CHECK(gpu_->buffer(slot, gpu::Channel::Buf::kDevice, r->stage_bytes, &dst));
+  if (!host || (compress && !dst)) {
+    gpu_->release(slot);
+    *busy = true;
+    return ncclSuccess;
+  }
+  ++gpu_messages_;
   if (!compress) {
     for (size_t j = 0; j < r->nsegs; ++j) {
       Seg* g = r->segs[j].get();
@@ -274,8 +286,7 @@ ncclResult_t SendComm::start_device(Req* r, bool compress) {
     return ncclSuccess;
   }
   r->tried = true;
-  void* dst = nullptr;
-  ZIPCCL_CHECK(gpu_->buffer(slot, gpu::Channel::Buf::kDevice, r->stage_bytes, &dst));
+  gpu::DeviceOps* ops = gpu_->ops();
   for (size_t j = 0; j < r->nsegs; ++j) {
     Seg* g = r->segs[j].get();
     ZIPCCL_CHECK(gpu_->seg_result(slot, j, &g->result));
@@ -284,8 +295,23 @@ ncclResult_t SendComm::start_device(Req* r, bool compress) {
                              codec::max_encoded_size(g->len), r->type, settings().gpu_max_sms, g->result));
     g->state = SegState::kGpuEncoding;
   }
+  ZIPCCL_CHECK(gpu_->record(slot));
   r->gpu_t0 = Clock::now();
   return ncclSuccess;
+}
+
+// Whether segment g's encode has finished. A result not yet published while the stream has passed the
+// slot's event means the encode never wrote it (a faulted kernel): an error, never a wait for ever.
+ncclResult_t SendComm::encode_finished(int slot, const Seg* g, bool* finished) {
+  *finished = gpu::result_ready(g->result);
+  if (*finished) return ncclSuccess;
+  bool passed = false;
+  ZIPCCL_CHECK(gpu_->query(slot, &passed));  // a CUDA error (sticky kernel fault) fails here
+  if (!passed) return ncclSuccess;
+  *finished = gpu::result_ready(g->result);  // published just before the event completed
+  if (*finished) return ncclSuccess;
+  ZIPCCL_WARN("GPU encode of %zu bytes finished without publishing its result", g->len);
+  return ncclUnhandledCudaError;
 }
 
 // Enqueues the D2H copy of what segment j posts (its frame, or its raw bytes) into its region of the
@@ -311,7 +337,9 @@ ncclResult_t SendComm::progress_device() {
     for (size_t j = r->next_post; j < r->nsegs; ++j) {
       Seg* g = r->segs[j].get();
       if (g->state == SegState::kGpuEncoding) {
-        if (!gpu::result_ready(g->result)) break;  // encodes finish in stream order
+        bool finished = false;
+        ZIPCCL_CHECK(encode_finished(idx, g, &finished));
+        if (!finished) break;  // encodes finish in stream order
         auto now = Clock::now();
         double seconds = std::chrono::duration<double>(now - r->gpu_t0).count();
         r->gpu_t0 = now;  // the next segment's encode started when this one finished
@@ -473,6 +501,7 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
     *done = 1;
     if (size) *size = r->size;
     r->state = State::kFree;
+    if (r->device) gpu_->release(static_cast<int>(r - reqs_.data()));
     free_.push_back(static_cast<int>(r - reqs_.data()));
   }
   if (res != ncclSuccess) {

@@ -74,8 +74,8 @@ std::vector<Entry> registry(Settings* s) {
       {"NCCL_IB_RETRY_CNT", Kind::kInt, "RDMA: retries before a transport error", &s->ib_retry_cnt, 0,
        kIbRetryCntMax},
       {"ZIPCCL_GPU", Kind::kGpuMode,
-       "auto|off|emulate: compress device buffers with the CUDA codec when a GPU is usable (emulate: tests "
-       "only)",
+       "off|on|auto|emulate: device buffers (NCCL_PTR_CUDA) through the CUDA codec; opt-in (on) until the "
+       "device checks pass on a GPU (auto: on where usable, silently; emulate: tests only)",
        &s->gpu, 0, 0},
       {"ZIPCCL_GPU_MAX_SMS", Kind::kInt, "GPU path: SMs the codec kernels may fill (0: all)", &s->gpu_max_sms,
        0, 4096},
@@ -166,10 +166,10 @@ void parse(const Entry& e, const char* v) {
         warn(e, v, "one of socket|ib|auto");
       return;
     case Kind::kGpuMode:
-      if (!std::strcmp(v, "auto") || !std::strcmp(v, "off") || !std::strcmp(v, "emulate"))
+      if (!std::strcmp(v, "auto") || !std::strcmp(v, "off") || !std::strcmp(v, "on") || !std::strcmp(v, "emulate"))
         *static_cast<std::string*>(e.field) = v;
       else
-        warn(e, v, "one of auto|off|emulate");
+        warn(e, v, "one of off|on|auto|emulate");
       return;
     case Kind::kGpuLanding:
       if (!std::strcmp(v, "ordered") || !std::strcmp(v, "marked"))
@@ -271,7 +271,7 @@ std::vector<SettingInfo> describe_settings() {
         info.values = "socket|ib|auto";
         break;
       case Kind::kGpuMode:
-        info.values = "auto|off|emulate";
+        info.values = "off|on|auto|emulate";
         break;
       case Kind::kGpuLanding:
         info.values = "ordered|marked";

@@ -39,8 +39,9 @@ struct Settings {
   int ib_sl = 0;          // NCCL_IB_SL: service level
   int ib_timeout = 20;    // NCCL_IB_TIMEOUT: ACK timeout 4.096 us * 2^n
   int ib_retry_cnt = 7;   // NCCL_IB_RETRY_CNT
-  // GPU path (docs/notes/gpu.md). gpu: auto | off | emulate (emulate: tests only, host emulation).
-  std::string gpu = "auto";
+  // GPU path (docs/notes/gpu.md). gpu: off | on | auto | emulate (emulate: tests only, host
+  // emulation). Off by default until the device checks (tests/gpu/run_device_checks.sh) pass on a GPU.
+  std::string gpu = "off";
   int gpu_max_sms = 16;            // bound on the codec kernels' grid, in SMs' worth of blocks
   std::string gpu_landing = "ordered";  // ordered | marked: which device receives land flag-last
   int gpu_emulate_delay_us = 0;    // emulate: delay of every stream operation

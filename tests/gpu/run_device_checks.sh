@@ -1,130 +1,157 @@
 #!/usr/bin/env bash
-# Device checks, for a machine with a GPU: build from this tree with the machine's nvcc and cmake (no
-# network), run the CUDA codec's GPU and host tests, compute-sanitizer memcheck and racecheck on the
-# GPU tests, hetero's NCCL executor, the plugin under real NCCL (`zipccl nccl-check`: every
-# collective, type and protocol bit-exact, compressed vs not; 100 iterations) and an unmodified
-# PyTorch DDP job (tests/gpu/ddp_check.py), the tool's --gpu (compress/decompress equal to the CPU's
-# stream, bench --gpu), then the codec throughput benchmark, printed last.
-# The nccl-check runs use the plugin's GPU path (NCCL_PTR_CUDA; NCCL_NET_GDR_LEVEL=SYS so NCCL puts
-# LL128/Simple buffers in device memory for a socket NIC) and the 100-iteration run does so under
-# CUDA_DEVICE_MAX_CONNECTIONS=1; their NCCL logs must show the GPU path on, GDRDMA channels and
-# device-encoded messages. The DDP job keeps NCCL's default GDR level (host buffers: the CPU path).
-# Budget: under 8 minutes on an H200 (each step has its own timeout). Usage, from the repo root:
-#   tests/gpu/run_device_checks.sh [build-dir]        (default build-device)
+# The device checks, run on a machine with a GPU from binaries built elsewhere
+# (tests/gpu/stage_device_build.sh stages them into build-device/carry). Steps run in priority order
+# under one deadline; each gets its own limit or what is left, whichever is less, and a step that
+# cannot start in time is recorded as "no time". Every step's log and a summary table go to the
+# output folder ($OUT where the device tool sets it).
+#   tests/gpu/run_device_checks.sh [--dry-run] [--deadline S] [--out DIR] [CARRY]
+#     CARRY     staged folder (default build-device/carry): bin/ and data/
+#     --dry-run plan only: checks that every binary is there, runs nothing on a GPU
+# The GPU path is opt-in (ZIPCCL_GPU=on) until these checks pass; the steps that need it set it.
 # Exit status: 0 when every step passed.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-build="${1:-$root/build-device}"
-export PATH="/usr/local/cuda/bin:$PATH"
+carry="$root/build-device/carry"
+deadline_s=480
+dry=0
+out="${OUT:-$root/build-device/device-logs}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) dry=1 ;;
+    --deadline) deadline_s="$2"; shift ;;
+    --out) out="$2"; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) carry="$(cd "$1" && pwd)" ;;
+  esac
+  shift
+done
+bin="$carry/bin"
+data="$carry/data"
+mkdir -p "$out"
+summary="$out/summary.md"
+start=$SECONDS
 status=0
-step() {  # step NAME TIMEOUT_S CMD...
+printf '| step | result | seconds | limit |\n|---|---|---|---|\n' >"$summary"
+export PATH="/usr/local/cuda/bin:$PATH"
+
+# step NAME LIMIT_S CMD...: runs CMD with the smaller of LIMIT_S and the time left, log in $out/NAME.log.
+step() {
   local name="$1" limit="$2"
   shift 2
-  local t0=$SECONDS
-  echo "=== $name (limit ${limit}s)"
-  timeout --kill-after=10 "$limit" "$@"
-  local rc=$?
-  echo "=== $name: rc=$rc, $((SECONDS - t0))s"
-  [ $rc -eq 0 ] || status=1
+  local left=$((deadline_s - (SECONDS - start)))
+  local t0=$SECONDS rc verdict
+  if [ "$left" -lt 10 ]; then
+    verdict="no time"; rc=124
+  elif [ "$dry" = 1 ]; then
+    verdict="dry run"; rc=0
+    echo "+ $*" >"$out/$name.log"
+  else
+    [ "$left" -lt "$limit" ] && limit=$left
+    echo "=== $name (limit ${limit}s)"
+    timeout --kill-after=5 "$limit" "$@" >"$out/$name.log" 2>&1
+    rc=$?
+    tail -n 5 "$out/$name.log"
+    case $rc in
+      0) verdict="passed" ;;
+      124|137) verdict="TIMED OUT" ;;
+      *) verdict="FAILED (rc $rc)" ;;
+    esac
+  fi
+  [ "$rc" -eq 0 ] || status=1
+  printf '| %s | %s | %d | %d |\n' "$name" "$verdict" $((SECONDS - t0)) "$limit" >>"$summary"
+  echo "=== $name: $verdict"
   return $rc
 }
 
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || echo "nvidia-smi unavailable"
-cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')"
-# Build for the architectures of record plus this GPU's, so the tests run native code.
-archs="80-real;90-real;90-virtual"
-[ -n "$cap" ] && [ "$cap" != "80" ] && [ "$cap" != "90" ] && archs="$archs;${cap}-real"
+need() {  # every binary the steps use, so a dry run proves the staging
+  local missing=0 f
+  for f in gpu_codec_device_tests gpu_codec_host_tests zipccl_gpu_bench zipccl libnccl-net-zipccl.so \
+    test_gpu_path_cuda ddp_check.py; do
+    [ -e "$bin/$f" ] || { echo "missing $bin/$f (run tests/gpu/stage_device_build.sh)"; missing=1; }
+  done
+  return $missing
+}
+need || { echo "| staging | MISSING binaries | 0 | 0 |" >>"$summary"; cat "$summary"; exit 1; }
 
-step configure 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DZIPCCL_CUDA=ON \
-  -DZIPCCL_BUILD_PLUGIN=ON -DZIPCCL_BUILD_TOOLS=ON "-DZIPCCL_TEST_MODULES=gpu;hetero" \
-  "-DCMAKE_CUDA_ARCHITECTURES=$archs" || exit 1
-step build 240 cmake --build "$build" -j"$(nproc)" \
-  --target gpu_codec_device_tests gpu_codec_host_tests zipccl_gpu_bench codec_tests zipccl nccl-net-zipccl \
-  test_gpu_path_cuda || exit 1
+{
+  date -u +"date: %Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>/dev/null ||
+    echo "nvidia-smi unavailable"
+} | tee "$out/machine.txt"
 
-tests="$build/tests/gpu/gpu_codec_device_tests"
-step device-tests 90 "$tests" --gtest_brief=1
-step host-tests 90 "$build/tests/gpu/gpu_codec_host_tests" --gtest_brief=1
-step cpu-codec-tests 60 "$build/tests/codec/codec_tests" --gtest_brief=1
-# The plugin's send/receive pipeline on the CUDA device operations (in-process transport, device buffers).
-step gpu-path-tests 60 "$build/tests/plugin/test_gpu_path_cuda" --gtest_brief=1 --setenv=ZIPCCL_GPU=auto \
-  --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0
-
-# Sanitizers on the small cases (the large ones would take minutes under instrumentation).
-san="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-small='Device.SmallCorpusForSanitizers:Device.MalformedFramesGetCpuStatus:Device.MappedResultsCanBePolled'
-if [ -x "$san" ]; then
-  step memcheck 80 "$san" --tool memcheck --error-exitcode 3 "$tests" --gtest_brief=1 "--gtest_filter=$small"
-  step racecheck 80 "$san" --tool racecheck --racecheck-report hazard --error-exitcode 3 "$tests" --gtest_brief=1 \
-    "--gtest_filter=Device.SmallCorpusForSanitizers"
-  step synccheck 40 "$san" --tool synccheck --error-exitcode 3 "$tests" --gtest_brief=1 \
-    "--gtest_filter=Device.SmallCorpusForSanitizers"
-else
-  echo "compute-sanitizer not found: sanitizer steps skipped"; status=1
-fi
-
-# hetero's NCCL executor (issue 6): 8 processes sharing the GPU (distinct NCCL_HOSTID), every byte
-# against the CPU executor. Built only where CMake found NCCL's header and library.
-if cmake --build "$build" -j"$(nproc)" --target hetero_nccl_test >/dev/null 2>&1; then
-  step hetero-nccl 120 "$build/tests/hetero/hetero_nccl_test" --gtest_brief=1
-else
-  echo "hetero_nccl_test not built (NCCL not found by CMake): step skipped"; status=1
-fi
-
-# The plugin under real NCCL: PyTorch's libnccl.so.2 (pip's nvidia-nccl) unless NCCL_LIB says otherwise.
+plugin="$bin/libnccl-net-zipccl.so"
+z="$bin/zipccl"
 nccl_lib="${NCCL_LIB:-$(python3 -c '
 import glob, os, site
 dirs = site.getsitepackages() + [site.getusersitepackages()]
 hits = [p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "nccl", "lib", "libnccl.so*"))]
 print(hits[0] if hits else "libnccl.so.2")' 2>/dev/null || echo libnccl.so.2)}"
-plugin="$build/plugin/libnccl-net-zipccl.so"
-echo "NCCL library: $nccl_lib"
-logs="$build/nccl-logs"
-rm -rf "$logs" && mkdir -p "$logs"
-gdr=(env NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
-     "NCCL_DEBUG_FILE=$logs/nccl.%h.%p.log")
-step nccl-check 150 "${gdr[@]}" "$build/tools/zipccl" nccl-check --np 2 --iters 20 --bytes 4M \
-  --plugin "$plugin" --nccl "$nccl_lib"
-step nccl-check-100-iters 60 "${gdr[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 "$build/tools/zipccl" nccl-check --np 3 \
-  --iters 100 --bytes 1M --types bf16 --colls allreduce --plugin "$plugin" --nccl "$nccl_lib"
-# Segments under real NCCL: its Simple steps (buffer/8, 512 KiB by default) stay below the 1 MiB
-# default, so 64 KiB segments make every large step travel as several frames (D2H on the copy stream).
-step nccl-check-segments 90 "${gdr[@]}" ZIPCCL_SEGMENT_BYTES=64KiB "$build/tools/zipccl" nccl-check --np 2 \
-  --iters 5 --bytes 4M --types bf16,fp32 --colls allreduce,alltoall --plugin "$plugin" --nccl "$nccl_lib"
-# The GPU path was used: CUDA device operations on, NCCL_PTR_CUDA taken (GDRDMA channels), and frames
-# encoded on the device (the plugin's per-comm INFO line at close).
-on=$(cat "$logs"/*.log 2>/dev/null | grep -c "GPU path: CUDA")
-gdrdma=$(cat "$logs"/*.log 2>/dev/null | grep -c "via NET/zipccl/[0-9]*/GDRDMA")
-encoded=$(cat "$logs"/*.log 2>/dev/null | sed -n 's/.*GPU path (send): \([0-9]*\) device messages, \([0-9]*\) sent as device-encoded frames.*/\2/p' \
-  | awk '{s += $1} END {print s + 0}')
-decoded=$(cat "$logs"/*.log 2>/dev/null | sed -n 's/.*GPU path (recv): [0-9]* device messages, \([0-9]*\) decoded on the device.*/\1/p' \
-  | awk '{s += $1} END {print s + 0}')
-echo "=== gpu-path: 'GPU path: CUDA' in $on logs, $gdrdma GDRDMA channels, $encoded frames encoded and $decoded decoded on the device"
-if [ "$on" -eq 0 ] || [ "$gdrdma" -eq 0 ] || [ "$encoded" -eq 0 ] || [ "$decoded" -eq 0 ]; then
-  echo "=== gpu-path: FAILED (the GPU path was not exercised; see $logs)"; status=1
-fi
-step pytorch-ddp 150 python3 "$root/tests/gpu/ddp_check.py" --plugin "$plugin" --np 2 --steps 30
+echo "NCCL library: $nccl_lib" | tee -a "$out/machine.txt"
+# NCCL hands the plugin device buffers (NCCL_PTR_CUDA) for a socket NIC only at GDR level SYS.
+gdr=(env ZIPCCL_GPU=on NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
+  "NCCL_DEBUG_FILE=$out/nccl.%h.%p.txt")
+small='Device.SmallCorpusForSanitizers:Device.MalformedFramesGetCpuStatus:Device.MappedResultsCanBePolled'
+san="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
 
-# The tool's --gpu: a 96 MiB file (two frames) compressed on the GPU equals the CPU's stream at the GPU's
-# default block size (--block-log2 13; the CPU's default is 14), and
-# each side restores the other's; then `zipccl bench --gpu` on two of the built-in sets.
-tool_gpu() {
-  local d z="$build/tools/zipccl"
+# 1. The codec on the device: every kernel configured within the opt-in, frames equal the CPU's.
+step device-tests 90 "$bin/gpu_codec_device_tests" --gtest_brief=1
+# 2. The plugin's pipeline on the CUDA device operations (no NCCL): an error, never a hang.
+step gpu-path-tests 60 env ZIPCCL_GPU=on ZIPCCL_COMPRESS=always ZIPCCL_MIN_BYTES=0 "$bin/test_gpu_path_cuda" --gtest_brief=1
+# 3. A real tensor: frames from the GPU equal the CPU's at the GPU's block size, each side decodes the other's.
+real_tensor() {
+  local f="$data/gpt19m_weights_step30_layer0.bf16" d
+  [ -f "$f" ] || { echo "no real tensor staged"; return 1; }
   d=$(mktemp -d)
-  "$z" bench --list >/dev/null || return 1
-  python3 -c "import numpy as np; x = np.random.default_rng(7).normal(0, 1e-2, 48 << 20).astype(np.float32); (x.view(np.uint32) >> 16).astype('<u2').tofile('$d/in.bin')" &&
-    "$z" compress -t bf16 --block-log2 13 "$d/in.bin" "$d/cpu.zc" && "$z" compress --gpu -v -t bf16 "$d/in.bin" "$d/gpu.zc" &&
-    cmp "$d/cpu.zc" "$d/gpu.zc" && "$z" decompress --gpu "$d/cpu.zc" "$d/a.bin" && cmp "$d/in.bin" "$d/a.bin" &&
-    "$z" decompress "$d/gpu.zc" "$d/b.bin" && cmp "$d/in.bin" "$d/b.bin" &&
-    "$z" bench --gpu --reps 5 --sets gauss-bf16-s1e-3,bucket-bf16
-  local rc=$?
-  rm -rf "$d"
-  return $rc
+  "$z" compress -t bf16 --block-log2 13 "$f" "$d/cpu.zc" && "$z" compress --gpu -v -t bf16 "$f" "$d/gpu.zc" &&
+    cmp "$d/cpu.zc" "$d/gpu.zc" && "$z" decompress --gpu "$d/cpu.zc" "$d/a" && cmp "$f" "$d/a" &&
+    "$z" decompress "$d/gpu.zc" "$d/b" && cmp "$f" "$d/b" && ls -l "$f" "$d/gpu.zc"
 }
-export build
-export -f tool_gpu
-step tool-gpu 120 bash -c tool_gpu
+export -f real_tensor
+export z data
+step compress-gpu-real 40 bash -c real_tensor
+# 4. Device buffers under real NCCL: 2 ranks, every collective, type and protocol, bit-exact, with
+# frames encoded and decoded on the device (counted by the tool from the plugin's statistics).
+nccl_check() {  # nccl_check NP [extra nccl-check args]: bit-exact and the GPU path used both ways
+  local np="$1" log
+  shift
+  log=$(mktemp)
+  "$z" nccl-check --np "$np" --timeout 60 --plugin "$plugin" --nccl "$nccl_lib" "$@" | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || return "$rc"
+  # Every protocol's compressed run must show device-encoded and device-decoded frames.
+  ! grep "GPU path:" "$log" | grep -q -E " 0 device-(en|de)coded" && grep -q "GPU path:" "$log"
+}
+export -f nccl_check
+export plugin nccl_lib
+step nccl-check-2 150 "${gdr[@]}" bash -c 'nccl_check 2 --iters 10 --bytes 4M'
+# 5. The sanitizers on the small corpus: zero errors.
+if [ -x "$san" ]; then
+  step memcheck 60 "$san" --tool memcheck --error-exitcode 3 "$bin/gpu_codec_device_tests" --gtest_brief=1 "--gtest_filter=$small"
+  step racecheck 60 "$san" --tool racecheck --racecheck-report hazard --error-exitcode 3 "$bin/gpu_codec_device_tests" \
+    --gtest_brief=1 "--gtest_filter=Device.SmallCorpusForSanitizers"
+  step synccheck 40 "$san" --tool synccheck --error-exitcode 3 "$bin/gpu_codec_device_tests" --gtest_brief=1 \
+    "--gtest_filter=Device.SmallCorpusForSanitizers"
+  step initcheck 40 "$san" --tool initcheck --error-exitcode 3 "$bin/gpu_codec_device_tests" --gtest_brief=1 \
+    "--gtest_filter=Device.SmallCorpusForSanitizers"
+else
+  step sanitizers 1 false
+fi
+# 6. 3 ranks; then 100 iterations under CUDA_DEVICE_MAX_CONNECTIONS=1 (the plugin turns its GPU path
+# off there and says so; the run must still be bit-exact and finish).
+step nccl-check-3 150 "${gdr[@]}" bash -c 'nccl_check 3 --iters 5 --bytes 1M'
+step nccl-check-1conn 60 "${gdr[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 "$z" nccl-check --np 3 --iters 100 --bytes 1M \
+  --types bf16 --colls allreduce --timeout 50 --plugin "$plugin" --nccl "$nccl_lib"
+# 7. An unmodified PyTorch DDP job with device buffers: bit-identical to the uncompressed run.
+step ddp-gdr 150 "${gdr[@]}" python3 "$bin/ddp_check.py" --plugin "$plugin" --np 2 --steps 30 --timeout 140
+# 8. If device buffers hung above: the same 2-rank run under MPS tells the plugin apart from two
+# time-sliced contexts on one GPU (issue 26, item 4).
+if grep -q "TIMED OUT" "$summary" && command -v nvidia-cuda-mps-control >/dev/null; then
+  nvidia-cuda-mps-control -d && step nccl-check-2-mps 120 "${gdr[@]}" bash -c 'nccl_check 2 --iters 5 --bytes 4M'
+  echo quit | nvidia-cuda-mps-control
+fi
+# 9. Speed (issue 27): the codec bench, last.
+step bench 120 "$bin/zipccl_gpu_bench"
 
-step bench 180 "$build/tests/gpu/zipccl_gpu_bench"
-echo "=== device checks: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
+echo "total $((SECONDS - start)) s of a ${deadline_s}-s deadline" >>"$summary"
+cat "$summary"
 exit $status

@@ -9,11 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -287,17 +289,19 @@ class DeviceMem {
     sync();
     return d;
   }
-  void download(uint8_t* p, const void* d, size_t n) {
-    ops_->copy(stream_, p, d, n, gpu::Copy::kDeviceToHost);
-    sync();
+  // False when the device failed (the test's own copy met an injected fault).
+  bool download(uint8_t* p, const void* d, size_t n) {
+    return ops_->copy(stream_, p, d, n, gpu::Copy::kDeviceToHost) == ncclSuccess && sync();
   }
 
  private:
-  void sync() {
-    ops_->record(stream_, event_);
+  bool sync() {
+    if (ops_->record(stream_, event_) != ncclSuccess) return false;
     bool done = false;
-    while (!done && ops_->query(event_, &done) == ncclSuccess) {
+    while (!done) {
+      if (ops_->query(event_, &done) != ncclSuccess) return false;
     }
+    return true;
   }
   gpu::DeviceOps* ops_;
   void* stream_ = nullptr;
@@ -305,19 +309,26 @@ class DeviceMem {
   std::vector<void*> bufs_;
 };
 
+Outcome exchange(SendComm& send, RecvComm& recv, DeviceMem& mem, const std::vector<std::vector<uint8_t>>& msgs,
+                 std::vector<std::vector<uint8_t>>& dst, const std::vector<void*>& sbuf, const std::vector<void*>& rbuf,
+                 int window, bool device_send, bool device_recv, bool mark_odd, size_t kGuard);
+
 // Sends msgs[i] device-typed (or host, per `device`) with up to `window` in flight per side, checks
 // every completed receive immediately (a completion before the decode shows as wrong bytes).
+// after_regmr runs between the registrations and the first message (fault injection).
 Outcome run_pipeline(const std::vector<std::vector<uint8_t>>& msgs, int window, bool device_send,
-                     bool device_recv, bool mark_odd) {
+                     bool device_recv, bool mark_odd, const std::function<void()>& after_regmr = nullptr) {
   set_logger(capture);
-  DeviceMem mem;  // declared first: its buffers outlive the comms (their close waits for the streams)
+  // Destroyed in reverse: the comms first (their close waits for their streams), then the scratch
+  // stream's buffers, then the host buffers every stream may still be writing into.
+  const size_t kGuard = 64;
+  std::vector<std::vector<uint8_t>> dst(msgs.size());
+  DeviceMem mem;
   Wire wire;
   DeviceInfo dev;
   dev.name = "fake";
   SendComm send(new FakeSend(&wire), dev);
   RecvComm recv(new FakeRecv(&wire), dev);
-  const size_t kGuard = 64;
-  std::vector<std::vector<uint8_t>> dst(msgs.size());
   for (size_t i = 0; i < msgs.size(); ++i) dst[i].assign(msgs[i].size() + 100 + kGuard, 0xA5);
   std::vector<void*> sbuf(msgs.size()), rbuf(msgs.size());
   for (size_t i = 0; i < msgs.size(); ++i) {
@@ -329,6 +340,31 @@ Outcome run_pipeline(const std::vector<std::vector<uint8_t>>& msgs, int window, 
       return o;
     }
   }
+  // regMr: everything device messages need is allocated here, nothing from here to close.
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    if ((device_send && send.reserve_device(sbuf[i], msgs[i].size()) != ncclSuccess) ||
+        (device_recv && recv.reserve_device(rbuf[i], dst[i].size() - kGuard) != ncclSuccess)) {
+      Outcome o;
+      o.error = "regMr failed";
+      return o;
+    }
+  }
+  const bool counted = settings().gpu == "emulate";
+  const uint64_t setup_calls = counted ? gpu::emulated_setup_calls() : 0;
+  if (after_regmr) after_regmr();
+  Outcome out = exchange(send, recv, mem, msgs, dst, sbuf, rbuf, window, device_send, device_recv, mark_odd, kGuard);
+  if (out.error.empty() && counted && gpu::emulated_setup_calls() != setup_calls) {
+    out.error = std::to_string(gpu::emulated_setup_calls() - setup_calls) +
+                " allocation/stream/event/module calls between regMr and close";
+  }
+  return out;
+}
+
+// The message loop of run_pipeline: up to `window` in flight per side, NCCL-like retries of
+// isend/irecv that hand back no request.
+Outcome exchange(SendComm& send, RecvComm& recv, DeviceMem& mem, const std::vector<std::vector<uint8_t>>& msgs,
+                 std::vector<std::vector<uint8_t>>& dst, const std::vector<void*>& sbuf, const std::vector<void*>& rbuf,
+                 int window, bool device_send, bool device_recv, bool mark_odd, size_t kGuard) {
   std::vector<void*> sreq(msgs.size()), rreq(msgs.size());
   size_t ps = 0, pr = 0, ds = 0, dr = 0;
   Outcome out;
@@ -381,7 +417,10 @@ Outcome run_pipeline(const std::vector<std::vector<uint8_t>>& msgs, int window, 
         return out;
       }
       if (done) {
-        if (device_recv) mem.download(dst[dr].data(), rbuf[dr], dst[dr].size());
+        if (device_recv && !mem.download(dst[dr].data(), rbuf[dr], dst[dr].size())) {
+          out.error = "reading the received device buffer failed";
+          return out;
+        }
         if (size != msgs[dr].size()) {
           out.error = "recv size " + std::to_string(size) + " of " + std::to_string(msgs[dr].size());
           return out;
@@ -475,6 +514,46 @@ TEST(GpuPathFaults, FailingCodecIsAnErrorNotAHang) {
   EXPECT_NE(o.error, "timeout (hang)");
 }
 
+// A kernel that faults on a real GPU never publishes its result, and CUDA's error is sticky: every later
+// call of the process fails. The emulation does the same; the transfer must end in an error on both
+// sides, soon, whichever stream operation faults - never in a wait for a result that cannot come.
+TEST(GpuPathDeviceFaults, StickyFaultIsAnErrorNotAHang) {
+  if (settings().gpu != "emulate" || settings().gpu_emulate_fail_every != 0) {
+    GTEST_SKIP() << "needs ZIPCCL_GPU=emulate without ZIPCCL_GPU_EMULATE_FAIL_EVERY";
+  }
+  std::vector<std::vector<uint8_t>> msgs;
+  for (int i = 0; i < 16; ++i) msgs.push_back(make_data(DataKind::kBf16Gauss, (300 << 10) + i, 90 + i));
+  for (int run = 0; run < 9; ++run) {
+    const uint64_t after = run == 8 ? 0 : (run / 2) * 4;  // 0, 4, 8, 12 (of >= 16); then one message
+    const bool device_recv = run % 2 && run < 8;       // a host receiver only sees the sender's failure
+    std::vector<std::vector<uint8_t>> one(msgs.begin(), msgs.begin() + (run == 8 ? 1 : msgs.size()));
+    std::chrono::steady_clock::time_point t0;
+    Outcome o = run_pipeline(one, 4, true, device_recv, false, [&] {
+      t0 = std::chrono::steady_clock::now();
+      gpu::emulated_fault(after, true);
+    });
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    gpu::emulated_fault(~uint64_t{0}, true);  // the next run starts on a healthy device
+    EXPECT_NE(o.error, "") << "fault after " << after << " stream operations went unnoticed";
+    EXPECT_NE(o.error, "timeout (hang)") << after;
+    std::printf("sticky fault after %llu stream operations (%s receive): \"%s\" after %.1f ms\n",
+                (unsigned long long)after, device_recv ? "device" : "host", o.error.c_str(), ms);
+  }
+}
+
+// A launch that fails (not sticky) fails its isend or receive at once.
+TEST(GpuPathDeviceFaults, FailedLaunchIsAnError) {
+  if (settings().gpu != "emulate" || settings().gpu_emulate_fail_every != 0) {
+    GTEST_SKIP() << "needs ZIPCCL_GPU=emulate without ZIPCCL_GPU_EMULATE_FAIL_EVERY";
+  }
+  if (settings().compress != CompressMode::kAlways) GTEST_SKIP() << "needs ZIPCCL_COMPRESS=always";
+  std::vector<std::vector<uint8_t>> msgs;
+  for (int i = 0; i < 8; ++i) msgs.push_back(make_data(DataKind::kBf16Gauss, (300 << 10) + i, 110 + i));
+  Outcome o = run_pipeline(msgs, 4, true, true, false, [] { gpu::emulated_fault(3, false); });
+  gpu::emulated_fault(~uint64_t{0}, true);
+  EXPECT_TRUE(o.error == "isend failed" || o.error == "recv test failed") << o.error;
+}
+
 // ---- segments (ZIPCCL_SEGMENT_BYTES): a large message travels as several frames ----
 
 // Host buffers: the worker pool encodes segment 1 only when the test lets it; segment 0 must be on the
@@ -520,6 +599,7 @@ class Segments : public ::testing::Test {
       }
     } open_gates;
     void* src = device ? mem.upload(msg.data(), msg.size()) : const_cast<uint8_t*>(msg.data());
+    if (device && send.reserve_device(src, msg.size()) != ncclSuccess) return "regMr";
     std::vector<uint8_t> dst(msg.size() + 64, 0xA5);
     void *sreq = nullptr, *rreq = nullptr;
     if (recv.irecv(dst.data(), msg.size(), 0, false, false, &rreq) != ncclSuccess || !rreq) return "irecv";

@@ -53,6 +53,18 @@ TEST_F(Doctor, GoodSetupPasses) {
       << out_;
 }
 
+// The GPU path is opt-in until proven on a GPU: without ZIPCCL_GPU=on the plugin does not advertise
+// device buffers and doctor says why; CUDA_DEVICE_MAX_CONNECTIONS=1 keeps it off even when asked.
+TEST_F(Doctor, GpuPathIsOptInAndSaysWhy) {
+  ASSERT_EQ(doctor("NCCL_SOCKET_IFNAME=lo", kPlugin), 0) << out_;
+  EXPECT_TRUE(says("GPU path  off (opt-in until proven on a GPU: ZIPCCL_GPU=on)")) << out_;
+  EXPECT_TRUE(says("ptrSupport host ")) << out_;
+  EXPECT_TRUE(says("ZIPCCL_GPU                 = off        (default)")) << out_;
+  ASSERT_EQ(doctor("NCCL_SOCKET_IFNAME=lo ZIPCCL_GPU=on CUDA_DEVICE_MAX_CONNECTIONS=1", kPlugin), 0) << out_;
+  EXPECT_TRUE(says("GPU path  off (CUDA_DEVICE_MAX_CONNECTIONS=1: with one hardware queue")) << out_;
+  EXPECT_TRUE(says("ZIPCCL_GPU=on ignored: CUDA_DEVICE_MAX_CONNECTIONS=1")) << out_;
+}
+
 TEST_F(Doctor, LoadsByNameThroughTheLoaderPathAsNcclDoes) {
   std::string dir = ZIPCCL_PLUGIN_PATH;
   dir = dir.substr(0, dir.rfind('/'));
