@@ -69,11 +69,23 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo 
   -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF \
   -DZIPCCL_BUILD_TESTS=ON -DZIPCCL_TEST_MODULES= >/dev/null
 cmake --build build-fuzz -j"$JOBS" --target fuzz_decode fuzz_seeds
+# Seeds (valid frames, real tensors where ../shared/data has them) are rewritten each run; the corpus
+# the fuzzer grows from them stays in build-fuzz/corpus for the next run.
 corpus=build-fuzz/corpus
-mkdir -p "$corpus"
-./build-fuzz/tests/fuzz/fuzz_seeds "$corpus"
-./build-fuzz/tests/fuzz/fuzz_decode -max_total_time="${ZIPCCL_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 \
-  -print_final_stats=1 "$corpus" 2>&1 | tail -n 12
+seeds=build-fuzz/seeds
+rm -rf "$seeds"
+mkdir -p "$corpus" "$seeds"
+./build-fuzz/tests/fuzz/fuzz_seeds "$seeds" ../shared/data
+fuzz_log=build-fuzz/fuzz.log
+if ! ./build-fuzz/tests/fuzz/fuzz_decode -max_total_time="${ZIPCCL_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix=build-fuzz/ "$corpus" "$seeds" >"$fuzz_log" 2>&1; then
+  tail -n 80 "$fuzz_log"
+  echo "test.sh: fuzz_decode failed; the input is the crash-*/leak-*/timeout-* file in build-fuzz/" >&2
+  exit 1
+fi
+# Coverage (counters instrumented, edges and features reached, corpus) at the start and the end, and
+# the executions.
+grep -E '^fuzz_decode: |^INFO: Loaded [0-9]+ modules|INFO: seed corpus|[0-9]+\s+(INITED|DONE) |^Done [0-9]+ runs|^stat::' "$fuzz_log"
 echo "fuzz: no crash"
 stage "done"
 echo "$passed passed, 0 failed, $skipped skipped (no GPU / RDMA device here)"
