@@ -26,6 +26,7 @@
 #include "datasets.h"
 #include "entropy.h"
 #include "gpu_tool.h"
+#include "isa_option.h"
 #include "tensor_file.h"
 #include "zipccl/codec.h"
 
@@ -58,7 +59,7 @@ struct Options {
   bool json = false;
   bool per_tensor = false;
   bool baselines = true;
-  bool force_scalar = false;
+  codec::Isa isa = codec::Isa::kAuto;  // --isa; --scalar: kScalar
   bool gpu = false;   // the CUDA codec instead of the CPU's
   int gpu_sms = 16;   // the bounded-grid column of --gpu
   std::vector<std::string> sets;
@@ -326,10 +327,10 @@ Speed measure_codec(const Input& in, const Options& o, int threads, Buffers* buf
   codec::EncodeOptions eo;
   eo.type = in.type;
   eo.threads = threads;
-  eo.force_scalar = o.force_scalar;
+  eo.isa = o.isa;
   codec::DecodeOptions dopt;
   dopt.threads = threads;
-  dopt.force_scalar = o.force_scalar;
+  dopt.isa = o.isa;
   std::vector<size_t> frames;
   double enc = std::numeric_limits<double>::infinity(), dec = enc;
   size_t csize = 0;
@@ -434,8 +435,9 @@ std::string cpu_model() {
 }
 
 void print_header(const Options& o, int all_threads, size_t count) {
-  std::printf("zipccl bench: %zu input%s; codec simd path %s%s; best of %d; %s, %u hardware threads\n", count,
-              count == 1 ? "" : "s", codec::simd_path(), o.force_scalar ? " (forced scalar)" : "", o.reps,
+  std::printf("zipccl bench: %zu input%s; codec kernels %s%s; best of %d; %s, %u hardware threads\n", count,
+              count == 1 ? "" : "s", codec::isa_name(codec::effective_isa(o.isa)),
+              o.isa == codec::Isa::kAuto ? "" : " (--isa)", o.reps,
               cpu_model().c_str(), std::thread::hardware_concurrency());
   if (!ZIPCCL_HAVE_BASELINES && o.baselines) std::printf("(built without libzstd/liblz4: no zstd or lz4 baselines)\n");
   std::printf(
@@ -514,7 +516,8 @@ void print_json(const Options& o, int all_threads, const std::vector<Result>& rs
   std::printf(
       "  \"simd\": %s,\n  \"force_scalar\": %s,\n  \"reps\": %d,\n  \"threads\": %d,\n  "
       "\"bound_block_elems\": %zu,\n",
-      json_string(codec::simd_path()).c_str(), o.force_scalar ? "true" : "false", o.reps, all_threads,
+      json_string(codec::isa_name(codec::effective_isa(o.isa))).c_str(),
+      o.isa == codec::Isa::kScalar ? "true" : "false", o.reps, all_threads,
       o.bound_block);
   std::printf("  \"inputs\": [");
   for (size_t i = 0; i < rs.size(); ++i) {
@@ -566,7 +569,7 @@ void usage(FILE* f) {
   std::fprintf(
       f,
       "usage: zipccl bench [FILE...] [-t auto|bf16|fp16|fp32] [--size BYTES | --quick] [--threads N]\n"
-      "                    [--reps N] [--sets A,B,..] [--per-tensor] [--no-baselines] [--scalar] [--json]\n"
+      "                    [--reps N] [--sets A,B,..] [--per-tensor] [--no-baselines] [--isa SET] [--json]\n"
       "  With no FILE: the built-in synthetic sets (--list names them), 64 MiB each (--quick: 4 MiB).\n"
       "  FILE: raw bytes (needs -t), .npy (<f2, <f4, bfloat16 as '<V2') or .safetensors (BF16/F16/F32;\n"
       "        tensors of one dtype concatenated in file order, like a gradient bucket; --per-tensor:\n"
@@ -575,7 +578,9 @@ void usage(FILE* f) {
       "  --threads N     thread count of the multi-threaded columns (default: hardware threads)\n"
       "  --reps N        repetitions; the best time counts (default 3)\n"
       "  --bound-block N elements per block of the per-block entropy bound (default 4096)\n"
-      "  --no-baselines  skip zstd / lz4;  --scalar: the codec's scalar path;  --json: JSON on stdout\n"
+      "  --no-baselines  skip zstd / lz4;  --json: JSON on stdout\n"
+      "  --isa SET       the codec's CPU kernel set: auto, avx512, avx2, neon, scalar (--scalar: scalar;\n"
+      "                  exit 2 when the CPU lacks SET)\n"
       "  --gpu [--gpu-sms N]  the CUDA codec on GPU 0, data resident on the device, CUDA events, launch\n"
       "                  included; whole GPU and a grid bounded to N SMs (default 16); frames checked\n"
       "                  against the CPU codec's (exit 3 without a GPU)\n");
@@ -665,7 +670,10 @@ int parse_args(int argc, char** argv, Options* o) {
     } else if (a == "--no-baselines") {
       o->baselines = false;
     } else if (a == "--scalar") {
-      o->force_scalar = true;
+      o->isa = codec::Isa::kScalar;
+    } else if (key == "--isa") {
+      if (!value(&v)) return bad("needs a kernel set (auto, avx512, avx2, neon, scalar)");
+      if (!parse_isa_option("bench", v, &o->isa)) return 2;
     } else if (a == "--gpu") {
       o->gpu = true;
     } else if (key == "--gpu-sms") {
@@ -677,8 +685,8 @@ int parse_args(int argc, char** argv, Options* o) {
       o->files.push_back(a);
     }
   }
-  if (o->gpu && (o->json || o->force_scalar || o->per_tensor)) {
-    std::fprintf(stderr, "zipccl bench: --gpu does not go with --json, --scalar or --per-tensor\n");
+  if (o->gpu && (o->json || o->isa != codec::Isa::kAuto || o->per_tensor)) {
+    std::fprintf(stderr, "zipccl bench: --gpu does not go with --json, --isa, --scalar or --per-tensor\n");
     return 2;
   }
   if (!o->files.empty() && !o->sets.empty()) {

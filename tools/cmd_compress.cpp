@@ -17,6 +17,7 @@
 
 #include "commands.h"
 #include "gpu_tool.h"
+#include "isa_option.h"
 #include "zipccl/codec.h"
 
 namespace zipccl {
@@ -35,6 +36,7 @@ struct Options {
   int block_log2 = 0;
   bool verbose = false;
   bool gpu = false;  // the CUDA codec (same frames)
+  codec::Isa isa = codec::Isa::kAuto;
   std::string in, out;
 };
 
@@ -80,20 +82,24 @@ int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o
     } else if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
       if (compress) {
         std::printf(
-            "usage: zipccl compress [-t auto|bf16|fp16|fp32] [--threads N | --gpu] [--block-log2 N] [-v]\n"
-            "                       IN OUT\n"
+            "usage: zipccl compress [-t auto|bf16|fp16|fp32] [--threads N | --gpu] [--block-log2 N]\n"
+            "                       [--isa SET] [-v] IN OUT\n"
             "  Compresses IN into a stream of zipccl frames (64 MiB of input each). '-' is stdin/stdout.\n"
             "  -t, --type     element type of IN (default auto: detected per frame)\n"
             "  --threads N    encoder threads per frame (default 1)\n"
             "  --block-log2 N log2 elements per block, 10..14 (default 14; with --gpu 13)\n"
             "  --gpu          encode on GPU 0 with the CUDA codec (the CPU's frames at the same block size;\n"
             "                 exit 3 without a GPU)\n"
-            "  -v, --verbose  print sizes and ratio to stderr\n");
+            "%s"
+            "  -v, --verbose  print sizes and ratio to stderr\n",
+            kIsaUsage);
       } else {
         std::printf(
-            "usage: zipccl decompress [--threads N | --gpu] [-v] IN OUT\n"
+            "usage: zipccl decompress [--threads N | --gpu] [--isa SET] [-v] IN OUT\n"
             "  Restores a file written by `zipccl compress`. '-' is stdin/stdout.\n"
-            "  --gpu          decode on GPU 0 with the CUDA codec (exit 3 without a GPU)\n");
+            "  --gpu          decode on GPU 0 with the CUDA codec (exit 3 without a GPU)\n"
+            "%s",
+            kIsaUsage);
       }
       return kExitOk;
     } else if (!std::strcmp(a, "-v") || !std::strcmp(a, "--verbose")) {
@@ -110,6 +116,12 @@ int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o
         std::fprintf(stderr, "zipccl %s: -t takes auto, bf16, fp16 or fp32\n", cmd);
         return kExitUsage;
       }
+    } else if (option_value(argc, argv, &i, nullptr, "--isa", &v, &bad)) {
+      if (bad) {
+        std::fprintf(stderr, "zipccl %s: --isa needs a kernel set (auto, avx512, avx2, neon, scalar)\n", cmd);
+        return kExitUsage;
+      }
+      if (!parse_isa_option(cmd, v, &o->isa)) return kExitUsage;
     } else if (compress && option_value(argc, argv, &i, nullptr, "--block-log2", &v, &bad)) {
       if (bad || !parse_int(v, 10, 14, &o->block_log2)) {  // FORMAT.md: blocks of 2^10..2^14 elements
         std::fprintf(stderr, "zipccl %s: --block-log2 needs a number from 10 to 14\n", cmd);
@@ -226,10 +238,11 @@ void report(const Options& o, uint64_t in_bytes, uint64_t out_bytes, uint64_t fr
   if (!o.verbose) return;
   const uint64_t raw = compress ? in_bytes : out_bytes;
   const uint64_t packed = compress ? out_bytes : in_bytes;
-  std::fprintf(stderr, "%s: %llu bytes -> %llu bytes, %llu frame%s, ratio %.4fx\n", o.in.c_str(),
+  std::fprintf(stderr, "%s: %llu bytes -> %llu bytes, %llu frame%s, ratio %.4fx, %s kernels\n", o.in.c_str(),
                static_cast<unsigned long long>(in_bytes), static_cast<unsigned long long>(out_bytes),
                static_cast<unsigned long long>(frames), frames == 1 ? "" : "s",
-               packed ? static_cast<double>(raw) / static_cast<double>(packed) : 1.0);
+               packed ? static_cast<double>(raw) / static_cast<double>(packed) : 1.0,
+               o.gpu ? "CUDA" : codec::isa_name(codec::effective_isa(o.isa)));
 }
 
 }  // namespace
@@ -254,6 +267,7 @@ int cmd_compress(int argc, char** argv) {
   codec::EncodeOptions opt;
   opt.type = o.type;
   opt.threads = o.threads;
+  opt.isa = o.isa;
   opt.block_log2 = o.block_log2;
   uint64_t total_in = 0, total_out = 0, frames = 0;
   std::vector<uint8_t> gpu_frame;
@@ -333,6 +347,7 @@ int cmd_decompress(int argc, char** argv) {
   size_t out_cap = 0;
   codec::DecodeOptions dopt;
   dopt.threads = o.threads;
+  dopt.isa = o.isa;
   uint64_t offset = 0, total_out = 0, frames = 0;
   auto frame_error = [&](const std::string& why) {
     files.error(files.in_name(),

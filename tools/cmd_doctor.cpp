@@ -473,6 +473,16 @@ int run_check(const Options& opt) {
     }
   }
 
+  // The CPU codec's kernel set, chosen as the plugin chooses it (ZIPCCL_CODEC_ISA, then cpuid).
+  const codec::Isa want = net::settings().codec_isa;
+  const std::string cpu = codec::cpu_features();
+  std::printf("codec       CPU kernels %s (ZIPCCL_CODEC_ISA=%s; cpu: %s)\n", codec::isa_name(net::codec_isa()),
+              codec::isa_name(want), cpu.empty() ? "none of the SIMD features" : cpu.c_str());
+  if (!codec::isa_supported(want))
+    c.notes.push_back(std::string("ZIPCCL_CODEC_ISA=") + codec::isa_name(want) + ": this CPU or build lacks it (" +
+                      codec::isa_missing(want) + "); the plugin warns and uses " +
+                      codec::isa_name(net::codec_isa()));
+
   // Settings, as the plugin reads them.
   std::printf("\nsettings\n");
   for (const net::SettingInfo& s : net::describe_settings()) {

@@ -64,6 +64,9 @@ run_ctest build-tsan -R '^HostCta[.]|^Emulated[.]FramesMatchCpuPerType$|^Emulate
 stage "CPU codec on AArch64 (NEON kernels; cross-built, run under qemu-user)"
 count_passed tools/arm64_check.sh
 
+stage "x86-64 CPUs without AVX-512 / AVX2 (the Release build under qemu-x86_64 -cpu Nehalem, Haswell)"
+count_passed tools/qemu_check.sh build
+
 stage "fuzz the frame decoder (libFuzzer, ${ZIPCCL_FUZZ_SECONDS:-60} s)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_FUZZ=ON \
   -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF \

@@ -53,7 +53,7 @@ const char* status_string(Status s) {
   return "unknown status";
 }
 
-const char* simd_path() { return select_kernels(false).name; }
+const char* simd_path() { return isa_name(effective_isa(Isa::kAuto)); }
 
 }  // namespace codec
 }  // namespace zipccl

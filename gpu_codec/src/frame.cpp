@@ -184,7 +184,7 @@ Status encode(const void* src_v, size_t n, void* dst_v, size_t cap, size_t* out,
   h.nblocks = block_count(probe.nelem, h.block_log2);
   const Layout l = coded_layout(h);
   const size_t raw_frame = kHeaderBytes + n;
-  const Kernels& k = select_kernels(opt.force_scalar);
+  const Kernels& k = select_kernels(opt.force_scalar ? Isa::kScalar : opt.isa);
 
   if (cap >= l.payload_at + 4) {
     uint8_t* index = dst + l.index_at;
@@ -309,7 +309,7 @@ Status decode(const void* src_v, size_t size, void* dst_v, size_t cap, size_t* o
     for (size_t i = l.tail_at + l.tail_bytes; i < l.payload_at; ++i) {
       if (src[i]) return Status::kCorrupt;
     }
-    const Kernels& k = select_kernels(opt.force_scalar);
+    const Kernels& k = select_kernels(opt.force_scalar ? Isa::kScalar : opt.isa);
     // Outputs far beyond the caches (L2 is 1-2 MiB a core; a large L3 holds tens of MiB) are
     // written with streaming stores: no read for ownership of lines that would be evicted anyway.
     const bool stream_out = h.n >= kStreamOutBytes;

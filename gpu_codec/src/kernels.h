@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "huffman.h"
+#include "zipccl/codec.h"
 
 namespace zipccl {
 namespace codec {
@@ -87,15 +88,18 @@ struct OwnKernels {
 // The scalar set with those in place (the AVX2 and NEON sets: their sample counts, count_outside and
 // table kind stay the scalar set's).
 Kernels scalar_with(const char* name, const OwnKernels& own);
-// nullptr when this build or CPU has no AVX2 / no AVX-512 (F, BW, VL, DQ, VBMI, VBMI2 and BMI2;
-// x86-64) / no NEON (AArch64).
-const Kernels* avx2_kernels();
-const Kernels* avx512_kernels();
-const Kernels* neon_kernels();
-// This platform's fastest SIMD set (AVX-512, else AVX2; NEON), or nullptr.
-const Kernels* simd_kernels();
-// The fastest variant this CPU runs, or the scalar one when force_scalar.
-const Kernels& select_kernels(bool force_scalar);
+// The target files' builders (simd_avx2.cpp, simd_avx512.cpp, simd_neon.cpp: compiled with that
+// set's -m flags, so any instruction in them may be the set's). Each writes its set to *k and
+// returns true, or returns false where this build compiled the file without its target. Call one
+// only after cpu_runs() confirmed the set: kernels_for() is the only caller.
+bool avx2_kernel_set(Kernels* k);
+bool avx512_kernel_set(const Kernels& avx2, Kernels* k);  // the AVX2 set supplies the fp32 planes
+bool neon_kernel_set(Kernels* k);
+// The set `isa` names (kAuto: the fastest this build and CPU run), or nullptr where the CPU or the
+// build lacks it. Built on first use, after the check (thread-safe).
+const Kernels* kernels_for(Isa isa);
+// kernels_for(requested), or the fastest set where that is nullptr.
+const Kernels& select_kernels(Isa requested);
 
 }  // namespace codec
 }  // namespace zipccl

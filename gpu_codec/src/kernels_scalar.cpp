@@ -1,6 +1,7 @@
 // Scalar reference kernels: the definition every SIMD and GPU variant is tested against.
 #include <cstring>
 
+#include "cpu_features.h"
 #include "encoder_policy.h"
 #include "huff_lanes.h"
 #include "kernels.h"
@@ -130,18 +131,53 @@ Kernels scalar_with(const char* name, const OwnKernels& own) {
   return k;
 }
 
-const Kernels* simd_kernels() {
-  if (const Kernels* k = avx512_kernels()) return k;
-  if (const Kernels* k = avx2_kernels()) return k;
-  return neon_kernels();
+namespace {
+
+// A set's table, built once; `build` runs only where the CPU has the set's features.
+struct KernelSet {
+  bool ok;
+  Kernels k;
+};
+
+template <typename Build>
+KernelSet make_set(Isa isa, const Build& build) {
+  KernelSet s{false, kScalar};
+  if (cpu_runs(isa)) s.ok = build(&s.k);
+  return s;
 }
 
-const Kernels& select_kernels(bool force_scalar) {
-  static const Kernels* best = [] {
-    const Kernels* k = simd_kernels();
-    return k ? k : &kScalar;
-  }();
-  return force_scalar ? kScalar : *best;
+}  // namespace
+
+const Kernels* kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return &kScalar;
+    case Isa::kAvx2: {
+      static const KernelSet s = make_set(isa, avx2_kernel_set);
+      return s.ok ? &s.k : nullptr;
+    }
+    case Isa::kAvx512: {
+      static const KernelSet s = make_set(isa, [](Kernels* k) {
+        const Kernels* avx2 = kernels_for(Isa::kAvx2);
+        return avx2 && avx512_kernel_set(*avx2, k);
+      });
+      return s.ok ? &s.k : nullptr;
+    }
+    case Isa::kNeon: {
+      static const KernelSet s = make_set(isa, neon_kernel_set);
+      return s.ok ? &s.k : nullptr;
+    }
+    case Isa::kAuto: {
+      static const Kernels* const best = kernels_for(effective_isa(Isa::kAuto));
+      return best;
+    }
+  }
+  return nullptr;
+}
+
+const Kernels& select_kernels(Isa requested) {
+  const Kernels* k = kernels_for(requested);
+  return k ? *k : *kernels_for(Isa::kAuto);
 }
 
 }  // namespace codec

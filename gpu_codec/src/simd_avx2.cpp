@@ -1,5 +1,5 @@
-// AVX2 kernels (x86-64). Compiled with -mavx2 for this file only and chosen at run time, so the
-// library still runs on CPUs without AVX2. Each kernel produces exactly the scalar kernel's bytes.
+// AVX2 kernels (x86-64). Compiled with -mavx2 -mbmi2 -mpopcnt for this file only; nothing here runs
+// before cpuid has confirmed those (kernels_for), so the library still runs on CPUs without AVX2. Each kernel produces exactly the scalar kernel's bytes.
 #include "kernels.h"
 
 #if defined(__AVX2__)
@@ -103,12 +103,10 @@ void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
 
 }  // namespace
 
-const Kernels* avx2_kernels() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
-  // This file's kernels (the lane coders: its own build of huff_lanes.h); the rest the scalar set's.
-  static const Kernels k = scalar_with(
-      "avx2", {split16, merge16, split32, merge32, histogram, minmax, lanes_encode_k, lanes_decode_k});
-  return ok ? &k : nullptr;
+// This file's kernels (the lane coders: its own build of huff_lanes.h); the rest the scalar set's.
+bool avx2_kernel_set(Kernels* k) {
+  *k = scalar_with("avx2", {split16, merge16, split32, merge32, histogram, minmax, lanes_encode_k, lanes_decode_k});
+  return true;
 }
 
 }  // namespace codec
@@ -118,7 +116,7 @@ const Kernels* avx2_kernels() {
 
 namespace zipccl {
 namespace codec {
-const Kernels* avx2_kernels() { return nullptr; }
+bool avx2_kernel_set(Kernels*) { return false; }
 }  // namespace codec
 }  // namespace zipccl
 

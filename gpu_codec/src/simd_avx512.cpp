@@ -1,6 +1,7 @@
 // AVX-512 kernels (x86-64 with F, BW, VL, DQ, VBMI, VBMI2 and BMI2). Compiled with those flags for
-// this file only and chosen at run time (cpuid), after which the AVX2 set is the fallback. Every
-// kernel produces exactly the scalar kernel's bytes; tests/codec/test_kernels.cpp compares them.
+// this file only; nothing here runs before cpuid has confirmed all of them (kernels_for), and the
+// AVX2 set is the fallback. Every kernel produces exactly the scalar kernel's bytes;
+// tests/codec/test_kernels.cpp compares them.
 //
 // The Huffman lanes run 16 at a time, one per 32-bit element of a zmm register:
 // - decode: each lane's next 16 stream bytes come in with gathers (8 x 64-bit each), byte-swapped
@@ -856,32 +857,23 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
                          : huff_encode_with<Lookup256>(sym, m, code, lanes, out, cap, lane_bytes, ahead);
 }
 
-Kernels make_avx512() {
-  Kernels k = *avx2_kernels();  // fp32 planes: the AVX2 kernels
-  k.name = "avx512";
-  k.split16 = split16;
-  k.split16_range = split16_range;
-  k.merge16 = merge16;
-  k.merge16_stream = merge16_stream;
-  k.minmax = minmax;
-  k.sample_histogram = sample_histogram;
-  k.count_outside = count_outside;
-  k.histogram = histogram;
-  k.huff_encode = huff_encode;
-  k.huff_decode = huff_decode;
-  k.table_kind = TableKind::kRegGather;
-  return k;
-}
-
 }  // namespace
 
-const Kernels* avx512_kernels() {
-  static const bool ok = avx2_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
-                         __builtin_cpu_supports("bmi2");
-  static const Kernels k = ok ? make_avx512() : Kernels{};
-  return ok ? &k : nullptr;
+bool avx512_kernel_set(const Kernels& avx2, Kernels* k) {
+  *k = avx2;  // fp32 planes: the AVX2 kernels
+  k->name = "avx512";
+  k->split16 = split16;
+  k->split16_range = split16_range;
+  k->merge16 = merge16;
+  k->merge16_stream = merge16_stream;
+  k->minmax = minmax;
+  k->sample_histogram = sample_histogram;
+  k->count_outside = count_outside;
+  k->histogram = histogram;
+  k->huff_encode = huff_encode;
+  k->huff_decode = huff_decode;
+  k->table_kind = TableKind::kRegGather;
+  return true;
 }
 
 }  // namespace codec
@@ -891,7 +883,7 @@ const Kernels* avx512_kernels() {
 
 namespace zipccl {
 namespace codec {
-const Kernels* avx512_kernels() { return nullptr; }
+bool avx512_kernel_set(const Kernels&, Kernels*) { return false; }
 }  // namespace codec
 }  // namespace zipccl
 

@@ -1,5 +1,5 @@
 // Arm NEON kernels (AArch64: Grace and other Arm hosts). Advanced SIMD is part of the AArch64 base
-// architecture; the run-time check (HWCAP_ASIMD) only guards against an unusual kernel. Each kernel
+// architecture; the run-time check (HWCAP_ASIMD, cpu_features.cpp) only guards against an unusual kernel. Each kernel
 // produces exactly the scalar kernel's bytes: the structure loads (vld2/vld4) de-interleave the
 // element bytes, and two bit operations per plane move the exponent's low bit across the byte
 // boundary (FORMAT.md "Planes").
@@ -7,7 +7,6 @@
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
-#include <sys/auxv.h>
 
 #include "huff_lanes.h"
 
@@ -106,12 +105,10 @@ void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
 
 }  // namespace
 
-const Kernels* neon_kernels() {
-  static const bool ok = (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
-  // This file's kernels (the lane coders: its own build of huff_lanes.h); the rest the scalar set's.
-  static const Kernels k = scalar_with(
-      "neon", {split16, merge16, split32, merge32, histogram, minmax, lanes_encode_k, lanes_decode_k});
-  return ok ? &k : nullptr;
+// This file's kernels (the lane coders: its own build of huff_lanes.h); the rest the scalar set's.
+bool neon_kernel_set(Kernels* k) {
+  *k = scalar_with("neon", {split16, merge16, split32, merge32, histogram, minmax, lanes_encode_k, lanes_decode_k});
+  return true;
 }
 
 }  // namespace codec
@@ -121,9 +118,7 @@ const Kernels* neon_kernels() {
 
 namespace zipccl {
 namespace codec {
-const Kernels* neon_kernels() {
-  return nullptr;
-}
+bool neon_kernel_set(Kernels*) { return false; }
 }  // namespace codec
 }  // namespace zipccl
 

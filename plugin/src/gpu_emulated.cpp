@@ -122,6 +122,7 @@ class EmulatedOps final : public DeviceOps {
         codec::EncodeOptions opt;
         opt.type = type;
         opt.threads = 1;
+        opt.isa = codec_isa();
         st = codec::encode(src, n, dst, cap, &size, opt);
       }
       {
@@ -143,6 +144,7 @@ class EmulatedOps final : public DeviceOps {
       if (!fail) {
         codec::DecodeOptions opt;
         opt.threads = 1;
+        opt.isa = codec_isa();
         st = codec::decode(src, n, dst, cap, &size, opt);
       }
       publish(out, st == codec::Status::kOk ? size : 0, st);

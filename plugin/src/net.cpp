@@ -89,14 +89,25 @@ ncclResult_t net_init(ncclDebugLogger_t logger) {
   std::lock_guard<std::mutex> lock(g_init_mu);
   set_logger(logger);
   if (g_transport) return ncclSuccess;
+  // First, so that a bug report's log says which build it came from (zipccl doctor reads it back).
+  ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "zipccl %s", version_string());
   log_settings_once();
   Transport* t = pick_transport();
   if (!t) return ncclSystemError;
   std::vector<DeviceInfo> devs(t->device_count());
   for (int i = 0; i < t->device_count(); ++i) ZIPCCL_CHECK(t->device_info(i, &devs[i]));
   g_devices = std::move(devs);
-  ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "zipccl %s transport, %d device(s), codec path %s, %d codec worker(s)",
-              t->name(), t->device_count(), codec::simd_path(), settings().workers);
+  const codec::Isa want = settings().codec_isa;
+  if (!codec::isa_supported(want)) {
+    ZIPCCL_WARN("ZIPCCL_CODEC_ISA=%s: this CPU or build lacks it (%s); using %s", codec::isa_name(want),
+                codec::isa_missing(want).c_str(), codec::isa_name(codec_isa()));
+  }
+  ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
+              "zipccl %s transport, %d device(s), codec kernels %s (ZIPCCL_CODEC_ISA=%s; cpu: %s), %d codec "
+              "worker(s)",
+              t->name(), t->device_count(), codec::isa_name(codec_isa()), codec::isa_name(want),
+              codec::cpu_features().empty() ? "none of the SIMD features" : codec::cpu_features().c_str(),
+              settings().workers);
   g_transport = t;
   return ncclSuccess;
 }

@@ -18,6 +18,7 @@ void DecodeJob::run() {
   auto t0 = Clock::now();
   codec::DecodeOptions opt;
   opt.threads = 1;
+  opt.isa = codec_isa();
   status = codec::decode(src, n, dst, cap, &out, opt);
   ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
 }

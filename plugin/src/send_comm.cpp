@@ -48,6 +48,7 @@ void EncodeJob::run() {
   codec::EncodeOptions opt;
   opt.type = type;
   opt.threads = 1;
+  opt.isa = codec_isa();
   status = codec::encode(src, n, dst, cap, &out, opt);
   ns = ns_since(t0);
 }

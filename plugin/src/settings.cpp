@@ -16,7 +16,7 @@ namespace zipccl {
 namespace net {
 namespace {
 
-enum class Kind { kBytes, kInt, kDouble, kString, kCompress, kDtype, kTransport, kGpuMode, kGpuLanding };
+enum class Kind { kBytes, kInt, kDouble, kString, kCompress, kDtype, kTransport, kGpuMode, kGpuLanding, kCodecIsa };
 
 struct Entry {
   const char* name;
@@ -27,6 +27,8 @@ struct Entry {
   // The default in words, where it depends on the machine.
   const char* default_doc = nullptr;
 };
+
+constexpr const char* kIsaValues = "auto|avx512|avx2|neon|scalar";
 
 Settings g_settings;
 std::vector<std::string> g_messages;  // parse warnings, logged once the logger is known
@@ -47,6 +49,9 @@ std::vector<Entry> registry(Settings* s) {
        &s->inline_bytes, 0, 1L << 20},
       {"ZIPCCL_WORKERS", Kind::kInt, "codec worker threads (process-wide)", &s->workers, 1, 64,
        "half the cores, 1..4"},
+      {"ZIPCCL_CODEC_ISA", Kind::kCodecIsa,
+       "CPU kernel set of the codec (one the CPU lacks: a WARN and the fastest it has)",
+       &s->codec_isa, 0, 0},
       {"ZIPCCL_SEGMENT_BYTES", Kind::kBytes,
        "messages larger than this go as several frames so encode, copy and transmit overlap (0: off; 4KiB "
        "multiples; TCP only)",
@@ -107,6 +112,8 @@ std::string value_string(const Entry& e) {
       return *static_cast<std::string*>(e.field);
     case Kind::kCompress:
       return compress_mode_name(*static_cast<CompressMode*>(e.field));
+    case Kind::kCodecIsa:
+      return codec::isa_name(*static_cast<codec::Isa*>(e.field));
     case Kind::kDtype: {
       static const char* kNames[] = {"auto", "bf16", "fp16", "fp32"};
       return kNames[static_cast<int>(*static_cast<DtypeHint*>(e.field))];
@@ -176,6 +183,10 @@ void parse(const Entry& e, const char* v) {
         *static_cast<std::string*>(e.field) = v;
       else
         warn(e, v, "one of ordered|marked");
+      return;
+    case Kind::kCodecIsa:
+      if (!codec::parse_isa(v, static_cast<codec::Isa*>(e.field)))
+        warn(e, v, (std::string("one of ") + kIsaValues).c_str());
       return;
     case Kind::kCompress: {
       auto* f = static_cast<CompressMode*>(e.field);
@@ -276,6 +287,9 @@ std::vector<SettingInfo> describe_settings() {
       case Kind::kGpuLanding:
         info.values = "ordered|marked";
         break;
+      case Kind::kCodecIsa:
+        info.values = kIsaValues;
+        break;
     }
     const char* v = std::getenv(e.name);
     info.from_env = v && *v;
@@ -317,6 +331,11 @@ bool parse_bytes(const char* s, uint64_t* out) {
   if (x > (~0ull) / mult) return false;
   *out = x * mult;
   return true;
+}
+
+codec::Isa codec_isa() {
+  static const codec::Isa isa = codec::effective_isa(settings().codec_isa);
+  return isa;
 }
 
 const char* compress_mode_name(CompressMode m) {

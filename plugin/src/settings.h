@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "zipccl/codec.h"
+
 namespace zipccl {
 namespace net {
 
@@ -21,6 +23,9 @@ struct Settings {
   uint64_t min_chunk_bytes = 64 << 10;
   uint64_t inline_bytes = 16 << 10;
   int workers = 1;        // codec worker threads (process-wide pool)
+  // CPU kernel set the codec runs as asked; one the CPU lacks falls back to the fastest it has
+  // (a WARN at init). codec_isa() gives the one that runs.
+  codec::Isa codec_isa = codec::Isa::kAuto;
   int max_requests = 64;  // requests in flight per comm
   // Messages larger than this travel as several segments, each its own frame (0: off). Effective
   // value: rounded down to a multiple of 4 KiB, at least 4 KiB (segment_bytes()).
@@ -64,6 +69,9 @@ std::string format_bytes(uint64_t n);
 // Parses "123", "64K", "64KiB", "4M", "1G" (binary units). False on anything else.
 bool parse_bytes(const char* s, uint64_t* out);
 const char* compress_mode_name(CompressMode m);
+// The kernel set every encode and decode of this process runs: ZIPCCL_CODEC_ISA where the CPU has
+// it, else the fastest set it has.
+codec::Isa codec_isa();
 
 // One row of the registry, for `zipccl doctor` and the README's generated table.
 struct SettingInfo {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -17,19 +18,23 @@ namespace codec {
 namespace {
 
 #if defined(__x86_64__)
+// Independent of cpu_features.cpp: the compiler's own cpuid reading.
+bool cpu_has_avx2_set() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+}
 bool cpu_has_avx512_set() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  return cpu_has_avx2_set() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
-         __builtin_cpu_supports("bmi2");
+         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2");
 }
 #endif
 
 // Every SIMD set this CPU runs (the AVX2 one on an AVX-512 CPU too), each tested against scalar.
+// kernels_for checks the CPU before it builds a set, so asking for every one is safe anywhere.
 std::vector<const Kernels*> variants() {
   std::vector<const Kernels*> v;
-  for (const Kernels* k : {avx512_kernels(), avx2_kernels(), neon_kernels()}) {
-    if (k) v.push_back(k);
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
+    if (const Kernels* k = kernels_for(isa)) v.push_back(k);
   }
   return v;
 }
@@ -37,21 +42,80 @@ std::vector<const Kernels*> variants() {
 TEST(Kernels, SimdPathMatchesThePlatform) {
 #if defined(__aarch64__)
   EXPECT_STREQ(simd_path(), "neon");
-  EXPECT_EQ(avx512_kernels(), nullptr);
+  EXPECT_EQ(kernels_for(Isa::kAvx512), nullptr);
 #elif defined(__x86_64__)
-  const char* want = cpu_has_avx512_set() ? "avx512" : __builtin_cpu_supports("avx2") ? "avx2" : "scalar";
+  const char* want = cpu_has_avx512_set() ? "avx512" : cpu_has_avx2_set() ? "avx2" : "scalar";
   EXPECT_STREQ(simd_path(), want);
-  EXPECT_EQ(avx512_kernels() != nullptr, cpu_has_avx512_set());
+  EXPECT_EQ(kernels_for(Isa::kAvx512) != nullptr, cpu_has_avx512_set());
+  EXPECT_EQ(kernels_for(Isa::kAvx2) != nullptr, cpu_has_avx2_set());
+  EXPECT_EQ(kernels_for(Isa::kNeon), nullptr);
 #endif
-  EXPECT_STREQ(select_kernels(true).name, "scalar");
+  // The qemu stage (tools/qemu_check.sh) reads this line: the set chosen on an emulated CPU.
+  std::printf("kernel set: %s (cpu: %s)\n", simd_path(), cpu_features().c_str());
+  EXPECT_STREQ(kernels_for(Isa::kAuto)->name, simd_path());
+  EXPECT_STREQ(select_kernels(Isa::kScalar).name, "scalar");
+}
+
+TEST(Kernels, EachIsaNamesItsSetOrFallsBackToTheFastest) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+    SCOPED_TRACE(isa_name(isa));
+    Isa parsed;
+    ASSERT_TRUE(parse_isa(isa_name(isa), &parsed));
+    EXPECT_EQ(parsed, isa);
+    if (isa_supported(isa)) {
+      EXPECT_EQ(effective_isa(isa), isa);
+      EXPECT_STREQ(select_kernels(isa).name, isa_name(isa));
+      EXPECT_EQ(isa_missing(isa), "");
+    } else {
+      EXPECT_EQ(effective_isa(isa), effective_isa(Isa::kAuto));
+      EXPECT_STREQ(select_kernels(isa).name, simd_path());
+      EXPECT_NE(isa_missing(isa), "");
+    }
+  }
+  EXPECT_EQ(effective_isa(Isa::kAuto), effective_isa(effective_isa(Isa::kAuto)));
+  Isa parsed;
+  EXPECT_FALSE(parse_isa("AVX2", &parsed));
+  EXPECT_FALSE(parse_isa("", &parsed));
+  EXPECT_FALSE(parse_isa(nullptr, &parsed));
+#if defined(__x86_64__)
+  if (!cpu_has_avx512_set()) {
+    EXPECT_NE(isa_missing(Isa::kAvx512).find("avx512"), std::string::npos);
+  }
+#endif
+}
+
+// Whatever set a caller asks for, the frames are the same bytes and decode with every set.
+TEST(Kernels, FramesAreTheSameWithEveryIsa) {
+  const auto in = testing::random_bytes(3 * 16384 * 2 + 77, 5);
+  std::vector<uint16_t> bf16(in.size() / 2);
+  for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = uint16_t(0x3C00 | (in[2 * i] & 0x3F) << 1 | (in[2 * i + 1] & 1));
+  std::vector<uint8_t> ref;
+  for (Isa isa : {Isa::kScalar, Isa::kAuto, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+    SCOPED_TRACE(isa_name(isa));
+    EncodeOptions eo;
+    eo.type = ElemType::kBf16;
+    eo.isa = isa;
+    std::vector<uint8_t> frame(max_encoded_size(bf16.size() * 2));
+    size_t n = 0;
+    ASSERT_EQ(encode(bf16.data(), bf16.size() * 2, frame.data(), frame.size(), &n, eo), Status::kOk);
+    frame.resize(n);
+    if (ref.empty()) ref = frame;
+    EXPECT_EQ(frame, ref);
+    DecodeOptions dopt;
+    dopt.isa = isa;
+    std::vector<uint16_t> back(bf16.size());
+    size_t m = 0;
+    ASSERT_EQ(decode(frame.data(), n, back.data(), back.size() * 2, &m, dopt), Status::kOk);
+    EXPECT_EQ(back, bf16);
+  }
 }
 
 TEST(Kernels, Avx512SetRunsWhereTheCpuHasIt) {
 #if defined(__x86_64__)
   if (!cpu_has_avx512_set()) GTEST_SKIP() << "this CPU lacks one of AVX-512 F/BW/VL/DQ/VBMI/VBMI2, BMI2";
-  ASSERT_NE(avx512_kernels(), nullptr);
-  EXPECT_STREQ(avx512_kernels()->name, "avx512");
-  EXPECT_EQ(avx512_kernels()->table_kind, TableKind::kRegGather);
+  ASSERT_NE(kernels_for(Isa::kAvx512), nullptr);
+  EXPECT_STREQ(kernels_for(Isa::kAvx512)->name, "avx512");
+  EXPECT_EQ(kernels_for(Isa::kAvx512)->table_kind, TableKind::kRegGather);
 #else
   GTEST_SKIP() << "AVX-512 is x86-64 only";
 #endif
@@ -505,7 +569,7 @@ TEST(Kernels, HuffmanLanesMatchScalarOnEveryVariant) {
   }
   // Every decoder path of the AVX-512 set ran: 6-bit and 7-bit register tables, and the gather table
   // where neither fits.
-  if (avx512_kernels()) {
+  if (kernels_for(Isa::kAvx512)) {
     EXPECT_GT(reg6, 0);
     EXPECT_GT(reg_tables, reg6);
     EXPECT_GT(gather, 0);

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace zipccl {
 namespace codec {
@@ -56,6 +57,25 @@ size_t max_encoded_size(size_t n);
 // encoder's default is 8192: gpu::kDefaultBlockLog2).
 constexpr int kDefaultBlockLog2 = 14;
 
+// The CPU kernel sets. Every set writes the same bytes; they differ in speed and in the
+// instructions they need. kAuto: the fastest set this build and CPU run (AVX-512, else AVX2; NEON;
+// else scalar).
+enum class Isa : uint8_t { kAuto = 0, kScalar, kAvx2, kAvx512, kNeon };
+const char* isa_name(Isa isa);  // "auto", "scalar", "avx2", "avx512", "neon"
+// Parses isa_name's strings (case-sensitive). Returns false on anything else.
+bool parse_isa(const char* s, Isa* out);
+// Whether this build and this CPU run the set (kAuto and kScalar: always). Reads cpuid (HWCAP on
+// AArch64) once per process; thread-safe.
+bool isa_supported(Isa isa);
+// The set encode() and decode() run when asked for `requested`: itself where isa_supported(),
+// otherwise (and for kAuto) the fastest set that is. Never kAuto.
+Isa effective_isa(Isa requested);
+// Why isa_supported(isa) is false: the CPU features the set needs that this CPU lacks
+// ("avx512f avx512bw avx512vbmi"), or "not in this build"; "" when it is supported.
+std::string isa_missing(Isa isa);
+// The CPU features the sets are chosen from that this CPU has ("popcnt avx2 bmi2"; "" for none).
+std::string cpu_features();
+
 struct EncodeOptions {
   ElemType type = ElemType::kAuto;  // element type of the input; kAuto detects it
   // log2 of elements per block, 10..14; 0 picks kDefaultBlockLog2 (FORMAT.md section 6).
@@ -64,13 +84,16 @@ struct EncodeOptions {
   // byte string whatever the thread count. Threads are created per call: use > 1 only for inputs of
   // several MiB.
   int threads = 1;
-  // Disable the SIMD paths (testing and benchmarking; output is identical).
+  // Kernel set (effective_isa(isa) runs; output is identical whichever).
+  Isa isa = Isa::kAuto;
+  // Shorthand for isa = Isa::kScalar, which it overrides.
   bool force_scalar = false;
 };
 
 struct DecodeOptions {
   int threads = 1;
-  bool force_scalar = false;
+  Isa isa = Isa::kAuto;       // as EncodeOptions::isa
+  bool force_scalar = false;  // as EncodeOptions::force_scalar
 };
 
 // Encodes src[0, n) into one frame at dst. On kOk, *encoded_size is the frame's length.
@@ -103,7 +126,7 @@ Status read_frame_info(const void* src, size_t src_size, FrameInfo* info);
 // or kNone when none is predicted to compress. Deterministic, O(sample), no allocation.
 ElemType detect_elem_type(const void* src, size_t n);
 
-// Which SIMD path this process uses ("avx2", "neon", "scalar").
+// The kernel set kAuto runs: isa_name(effective_isa(Isa::kAuto)) ("avx512", "avx2", "neon", "scalar").
 const char* simd_path();
 
 }  // namespace codec
