@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +33,7 @@
 #include "nccl/net_v9.h"
 #include "src/net.h"
 #include "src/settings.h"
+#include "src/version.h"
 
 namespace zipccl {
 namespace tools {
@@ -98,6 +100,20 @@ std::vector<std::string> warnings_since(size_t first) {
 size_t log_size() {
   std::lock_guard<std::mutex> lock(g_log_mu);
   return g_log.size();
+}
+
+// The plugin's version, from the INFO line its init logs first ("NET/zipccl : zipccl 0.1.0 (git
+// ...)"): the plugin exports nothing but its ncclNetPlugin tables. Empty when no such line came.
+std::string plugin_version() {
+  static const char kPrefix[] = "NET/zipccl : zipccl ";
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  const size_t n = sizeof kPrefix - 1;
+  for (const LogLine& l : g_log) {
+    if (l.level == NCCL_LOG_INFO && l.text.compare(0, n, kPrefix) == 0 &&
+        std::isdigit(static_cast<unsigned char>(l.text[n])))  // not "zipccl socket transport, ..."
+      return l.text.substr(n);
+  }
+  return "";
 }
 
 // ---- NCCL version -> ABI ----
@@ -393,6 +409,7 @@ void* load_plugin(const std::string& plugin, std::string* tried, std::string* er
 int run_check(const Options& opt) {
   Check c;
   std::printf("zipccl doctor\n\n");
+  std::printf("version     zipccl %s (this tool)\n", version_string());
 
   // NCCL version and configuration.
   std::string source;
@@ -514,6 +531,12 @@ int run_check(const Options& opt) {
                   d.ptr_support == NCCL_PTR_HOST ? "host" : std::to_string(d.ptr_support).c_str(),
                   d.max_comms);
     }
+    const std::string pv = plugin_version();
+    std::printf("  version   %s\n", pv.empty() ? "unknown (its init logged no version: an older build)"
+                                               : ("zipccl " + pv).c_str());
+    if (!pv.empty() && pv != version_string())
+      c.notes.push_back("the plugin is zipccl " + pv + ", this tool zipccl " + version_string() +
+                        ": install both from one build");
     // The plugin's own word on device buffers (its INFO line from getProperties): on, or off and why.
     {
       std::lock_guard<std::mutex> lock(g_log_mu);

@@ -35,6 +35,7 @@
 
 #include "../plugin/nccl/net_v11.h"
 #include "commands.h"
+#include "exit_status.h"
 
 namespace zipccl {
 namespace tools {
@@ -582,6 +583,11 @@ RunOutcome run_pair(const Options& o, const std::vector<uint8_t>& pool, const st
   for (int side = 0; side < 2; ++side) {
     pids[side] = fork();
     if (pids[side] == 0) {
+      // Only its own ends stay open, so that a side's pipe and link reach EOF when that side dies.
+      close(rres[0]);
+      close(sres[0]);
+      close(side == 0 ? sres[1] : rres[1]);
+      close(side == 0 ? link[0] : link[1]);
       Child c{&o,
               &pool,
               mode,
@@ -598,25 +604,48 @@ RunOutcome run_pair(const Options& o, const std::vector<uint8_t>& pool, const st
   close(link[1]);
   close(rres[1]);
   close(sres[1]);
-  // Both children finish within the run length plus setup; beyond that something hangs.
-  auto deadline = Clock::now() + std::chrono::duration<double>(o.seconds * (baseline ? 2 : 1) + 30);
-  bool got_r = false, got_s = false;
-  while ((!got_r || !got_s) && Clock::now() < deadline) {
-    pollfd p[2] = {{rres[0], POLLIN, 0}, {sres[0], POLLIN, 0}};
+  // Both children finish within the run length plus setup; beyond that something hangs. A side whose
+  // pipe ends without a result has died; its peer gets 2 s to report (it sees the link close) before
+  // it is stopped, rather than waiting out the deadline.
+  const double limit_s = o.seconds * (baseline ? 2 : 1) + 30;
+  Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
+  const int fds[2] = {rres[0], sres[0]};
+  Result* res[2] = {&out.recv, &out.send};
+  bool got[2] = {false, false}, ended[2] = {false, false};
+  auto waiting = [&](int s) { return pids[s] > 0 && !got[s] && !ended[s]; };
+  while ((waiting(0) || waiting(1)) && Clock::now() < deadline) {
+    pollfd p[2] = {{waiting(0) ? fds[0] : -1, POLLIN, 0}, {waiting(1) ? fds[1] : -1, POLLIN, 0}};
     if (poll(p, 2, 200) <= 0) continue;
-    if (!got_r && p[0].revents)
-      got_r = read_full(rres[0], &out.recv, sizeof out.recv) || (got_r = true, false);
-    if (!got_s && p[1].revents)
-      got_s = read_full(sres[0], &out.send, sizeof out.send) || (got_s = true, false);
+    for (int s = 0; s < 2; ++s) {
+      if (!waiting(s) || !p[s].revents) continue;
+      got[s] = read_full(fds[s], res[s], sizeof(Result));
+      ended[s] = !got[s];
+      if (ended[s]) deadline = std::min(deadline, Clock::now() + std::chrono::seconds(2));
+    }
   }
-  for (pid_t p : pids) {
-    if (!got_r || !got_s) kill(p, SIGKILL);
-    waitpid(p, nullptr, 0);
+  static const char* const kSide[2] = {"receiver", "sender"};
+  for (int s = 0; s < 2; ++s) {
+    std::string why;
+    if (pids[s] <= 0) {
+      why = "could not be started (fork failed)";
+    } else {
+      if (waiting(s)) kill(pids[s], SIGKILL);
+      int status = 0;
+      waitpid(pids[s], &status, 0);
+      if (got[s]) continue;
+      if (ended[s])
+        why = describe_exit(status) + (WIFSIGNALED(status) ? "" : " before reporting a result");
+      else if (ended[1 - s])
+        why = std::string("stopped after the ") + kSide[1 - s] + " died";
+      else
+        why = "timed out (still running after " + std::to_string(static_cast<int>(limit_s)) + " s)";
+    }
+    *res[s] = Result{};
+    std::snprintf(res[s]->error, sizeof res[s]->error, "%s %s", kSide[s], why.c_str());
   }
   close(rres[0]);
   close(sres[0]);
-  if (!got_r || !got_s)
-    std::snprintf(out.recv.error, sizeof out.recv.error, "timed out (a side hung or died)");
   out.ok = out.recv.ok && out.send.ok;
   return out;
 }
@@ -748,8 +777,8 @@ int cmd_perf(int argc, char** argv) {
       for (size_t m = 0; m < o.modes.size(); ++m) {
         RunOutcome out = run_pair(o, pool, o.modes[m], o.baseline, round % 2 == 1);
         if (!out.ok) {
-          failures.push_back(o.modes[m] + ": " + out.recv.error + (out.send.error[0] ? " / " : "") +
-                             out.send.error);
+          const bool both = out.recv.error[0] && out.send.error[0];
+          failures.push_back(o.modes[m] + ": " + out.recv.error + (both ? " / " : "") + out.send.error);
           continue;
         }
         runs[m].push_back(out);

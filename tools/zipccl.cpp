@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "commands.h"
+#include "src/version.h"
 
 namespace {
 
@@ -24,7 +25,9 @@ const Command kCommands[] = {
 };
 
 void usage(FILE* f) {
-  std::fprintf(f, "usage: zipccl <command> [options]   (zipccl <command> --help for its options)\n\ncommands:\n");
+  std::fprintf(f,
+               "usage: zipccl <command> [options]   (zipccl <command> --help for its options)\n"
+               "       zipccl --version | -V\n\ncommands:\n");
   for (const Command& c : kCommands) std::fprintf(f, "  %-12s %s\n", c.name, c.summary);
 }
 
@@ -34,6 +37,10 @@ int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V")) {
+    std::printf("zipccl %s\n", zipccl::version_string());
+    return 0;
   }
   for (const Command& c : kCommands) {
     if (!std::strcmp(argv[1], c.name)) return c.run(argc - 1, argv + 1);

@@ -11,6 +11,7 @@
 #include "net_mr.h"
 #include "settings.h"
 #include "transport.h"
+#include "version.h"
 
 namespace zipccl {
 namespace net {

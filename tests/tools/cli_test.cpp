@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,9 @@
 
 #ifndef ZIPCCL_BIN
 #error "ZIPCCL_BIN must name the zipccl binary"
+#endif
+#ifndef ZIPCCL_PROJECT_VERSION
+#error "ZIPCCL_PROJECT_VERSION must be the top-level project(VERSION)"
 #endif
 
 namespace {
@@ -226,5 +230,40 @@ TEST_F(Cli, GpuFlagRejectsThreads) {
   EXPECT_NE(stderr_.find("does not go with --gpu"), std::string::npos) << stderr_;
   EXPECT_EQ(zipccl("bench --gpu --json"), 2);
 }
+
+// The version comes from the top-level project(VERSION), the commit from the checkout at build time.
+TEST_F(Cli, VersionNamesTheProjectVersion) {
+  for (const char* flag : {"--version", "-V"}) {
+    ASSERT_EQ(zipccl(std::string(flag) + " > out.txt"), 0) << flag << ": " << stderr_;
+    const std::string out = read_text("out.txt");
+    const std::string want = "zipccl " ZIPCCL_PROJECT_VERSION;
+    ASSERT_EQ(out.compare(0, want.size(), want), 0) << flag << ": " << out;
+    const std::string rest = out.substr(want.size());
+    EXPECT_TRUE(rest == "\n" || (rest.rfind(" (git ", 0) == 0 && rest.size() > 8 &&
+                                 rest.compare(rest.size() - 2, 2, ")\n") == 0))
+        << flag << ": " << out;
+  }
+  EXPECT_EQ(zipccl("--versions"), 2);
+}
+
+#ifdef ZIPCCL_CRASH_PLUGIN
+// A side that dies by a signal is reported as a crash with the signal's name, at once: not as a hang
+// after the run's deadline (2 x 0.2 s + 30 s here).
+TEST_F(Cli, PerfReportsACrashedSideBySignal) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = run_here("ulimit -c 0; '" ZIPCCL_BIN "' perf --plugin '" ZIPCCL_CRASH_PLUGIN
+                          "' --modes never --seconds 0.2 > out.txt 2> stderr.txt");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string out = read_text("out.txt");
+  EXPECT_EQ(rc, 1) << out << read_text("stderr.txt");
+  // Both sides load the plugin; the second to die has 2 s to do so before perf stops it.
+  EXPECT_NE(out.find("FAILED never: receiver crashed: SIGILL (illegal instruction) / sender crashed: SIGILL "
+                     "(illegal instruction)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("timed out"), std::string::npos) << out;
+  EXPECT_LT(s, 20.0) << out;
+}
+#endif
 
 }  // namespace

@@ -53,6 +53,20 @@ TEST_F(Doctor, GoodSetupPasses) {
       << out_;
 }
 
+// The tool's version and the plugin's, as its init logs it (the plugin exports only its tables): one
+// build, so the same, and no note about a mismatch.
+TEST_F(Doctor, ShowsTheToolsAndThePluginsVersion) {
+  ASSERT_EQ(doctor("NCCL_SOCKET_IFNAME=lo", kPlugin), 0) << out_;
+  const std::string tool = "version     zipccl " ZIPCCL_PROJECT_VERSION;
+  const size_t at = out_.find(tool);
+  ASSERT_NE(at, std::string::npos) << out_;
+  const size_t end = out_.find(" (this tool)\n", at);
+  ASSERT_NE(end, std::string::npos) << out_;
+  const std::string version = out_.substr(at + 12, end - at - 12);  // "zipccl 0.1.0 (git ...)"
+  EXPECT_TRUE(says("\n  version   " + version + "\n")) << out_;
+  EXPECT_FALSE(says("install both from one build")) << out_;
+}
+
 // The GPU path is opt-in until proven on a GPU: without ZIPCCL_GPU=on the plugin does not advertise
 // device buffers and doctor says why; CUDA_DEVICE_MAX_CONNECTIONS=1 keeps it off even when asked.
 TEST_F(Doctor, GpuPathIsOptInAndSaysWhy) {
