@@ -537,12 +537,16 @@ int run_check(const Options& opt) {
     if (!pv.empty() && pv != version_string())
       c.notes.push_back("the plugin is zipccl " + pv + ", this tool zipccl " + version_string() +
                         ": install both from one build");
-    // The plugin's own word on device buffers (its INFO line from getProperties): on, or off and why.
+    // The plugin's own word on device buffers (the INFO line that opens with "GPU path: ", logged once
+    // at getProperties): on, or off and why. Other lines only mention the GPU path (settings' docs).
     {
       std::lock_guard<std::mutex> lock(g_log_mu);
+      const std::string kLead = " : GPU path: ";
       for (const LogLine& l : g_log) {
-        const size_t at = l.text.find("GPU path: ");
-        if (at != std::string::npos) std::printf("  GPU path  %s\n", l.text.c_str() + at + 10);
+        const size_t at = l.text.find(kLead);
+        if (at == std::string::npos) continue;
+        std::printf("  GPU path  %s\n", l.text.c_str() + at + kLead.size());
+        break;
       }
     }
     if (opt.verbose) {
