@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,7 @@ const char kUsage[] =
     "                   (--samples B --tokens T | --tokens-list LIST) --hidden H [--dtype bf16]\n"
     "                   [--strategy direct|scatter-allgather|automatic|both] [--direction "
     "forward|backward|both]\n"
-    "                   [--json] [--summary] [--transfers] [--max-groups N]\n"
+    "                   [--json] [--summary] [--transfers] [--max-groups N] [--max-transfers N]\n"
     "\n"
     "Prints the rank groups of a multimodal layout and, for each encoder, the traffic of the boundary\n"
     "plan that moves its outputs into the LLM (forward) and their gradients back (backward): bytes each\n"
@@ -54,6 +55,10 @@ const char kUsage[] =
     "  --summary            omit the per-rank table (and, with --json, the full group lists)\n"
     "  --transfers          also list every transfer\n"
     "  --max-groups N       groups printed per family in text (default 8; 0: all)\n"
+    "  --max-transfers N    stop with an error when one plan needs more transfers (default 4194304)\n"
+    "\n"
+    "Limits: --world up to 1048576 ranks, up to 1048576 samples; byte counts that would overflow\n"
+    "64 bits are errors. Options other than --encoder may be given once.\n"
     "\n"
     "example: zipccl plan --world 40 --encoder name=vision,tp=2,dp=4,ranks=0-7 --llm tp=4,pp=2,ranks=8-39 "
     "\\\n"
@@ -78,11 +83,23 @@ struct Options {
   bool summary = false;
   bool transfers = false;
   int max_groups = 8;
+  std::size_t max_transfers = kDefaultMaxTransfers;
 };
+
+// A number with a limit that says what the limit protects (parse_integer's "outside 1..N" does not).
+std::int64_t parse_limited(const std::string& text, std::int64_t min, std::int64_t limit,
+                           const std::string& what, const char* why) {
+  const std::int64_t v = parse_integer(text, min, INT64_MAX, what);
+  if (v > limit) {
+    throw UsageError{what + " " + text + " is above the limit of " + std::to_string(limit) + " (" + why + ")"};
+  }
+  return v;
+}
 
 Options parse_options(int argc, char** argv) {
   Options o;
   bool have_world = false, have_llm = false;
+  std::vector<std::string> seen;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
     const std::size_t eq = arg.find('=');
@@ -91,25 +108,37 @@ Options parse_options(int argc, char** argv) {
       value = arg.substr(eq + 1);
       arg = arg.substr(0, eq);
     }
+    // Only --encoder repeats; a second --world would otherwise silently win.
+    if (arg != "--encoder" && std::find(seen.begin(), seen.end(), arg) != seen.end()) {
+      throw UsageError{arg + " given twice"};
+    }
+    seen.push_back(arg);
     auto take = [&]() -> std::string {
       if (inline_value) return value;
       if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
       return argv[++i];
     };
+    auto take_nonempty = [&]() -> std::string {
+      std::string v = take();
+      if (v.empty()) throw UsageError{arg + " is empty (give a module spec, e.g. tp=4)"};
+      return v;
+    };
     auto flag = [&] {
       if (inline_value) throw UsageError{arg + " takes no value"};
     };
     if (arg == "--world") {
-      o.world = static_cast<int>(parse_integer(take(), 1, 1 << 30, "--world"));
+      o.world = static_cast<int>(parse_limited(take(), 1, kMaxWorldSize, "--world",
+                                               "ranks; plans keep tables per rank: kMaxWorldSize"));
       have_world = true;
     } else if (arg == "--llm") {
-      if (have_llm) throw UsageError{"--llm given twice"};
-      o.llm = take();
+      o.llm = take_nonempty();
       have_llm = true;
     } else if (arg == "--encoder") {
-      o.encoders.push_back(take());
+      o.encoders.push_back(take_nonempty());
     } else if (arg == "--samples") {
-      o.samples = parse_integer(take(), 0, 1 << 24, "--samples");
+      o.samples = parse_limited(take(), 0, kMaxSamples, "--samples", "samples per batch: kMaxSamples");
+    } else if (arg == "--max-transfers") {
+      o.max_transfers = static_cast<std::size_t>(parse_integer(take(), 1, INT64_MAX, "--max-transfers"));
     } else if (arg == "--tokens") {
       o.tokens = parse_integer(take(), 0, INT64_MAX, "--tokens");
     } else if (arg == "--tokens-list") {
@@ -455,11 +484,45 @@ void print_text(const Options& o, const Layout& layout, const BoundaryBatch& bat
               layout.world_size(), total_seconds * 1e3);
 }
 
+// The layout of the JSON document, documented in docs/notes/hetero.md; bump on any change that can
+// break a reader (renamed or removed keys, changed meaning), not on added keys.
+constexpr int kJsonSchemaVersion = 2;
+
+// Per-rank buffer sizes of one boundary (the same for every strategy): what each rank allocates.
+void write_buffers(Json& j, const Options& o, const std::vector<BoundaryReport>& reports,
+                   const DirectionRefs& ref) {
+  const BoundaryPlan* plan = nullptr;
+  for (const BoundaryReport& r : reports) {
+    if (r.encoder == ref.encoder && r.direction == ref.direction) plan = &r.plan;
+  }
+  if (plan == nullptr) return;
+  std::int64_t max_source = 0, max_destination = 0;
+  for (int rank = 0; rank < plan->world_size; ++rank) {
+    max_source = std::max(max_source, plan->source_bytes[rank]);
+    max_destination = std::max(max_destination, plan->destination_bytes[rank]);
+  }
+  j.field("max_source_bytes", max_source);
+  j.field("max_destination_bytes", max_destination);
+  if (o.summary) return;
+  j.key("buffers");
+  j.open('[');
+  for (int rank = 0; rank < plan->world_size; ++rank) {
+    if (plan->source_bytes[rank] == 0 && plan->destination_bytes[rank] == 0) continue;
+    j.open('{');
+    j.field("rank", rank);
+    j.field("source_bytes", plan->source_bytes[rank]);
+    j.field("destination_bytes", plan->destination_bytes[rank]);
+    j.close('}');
+  }
+  j.close(']');
+}
+
 void print_json(const Options& o, const Layout& layout, const BoundaryBatch& batch,
                 const std::vector<GroupFamily>& families, const std::vector<BoundaryReport>& reports,
                 const std::vector<DirectionRefs>& refs, double total_seconds) {
   Json j;
   j.open('{');
+  j.field("schema_version", kJsonSchemaVersion);
   j.field("world", layout.world_size());
   j.key("modules");
   j.open('[');
@@ -525,6 +588,7 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
     j.field("network_bytes", ref.leader.network_bytes);
     j.field("into_receiver_bytes", ref.leader.boundary_bytes);
     j.close('}');
+    write_buffers(j, o, reports, ref);
     j.key("plans");
     j.open('[');
     for (const BoundaryReport& r : reports) {
@@ -533,7 +597,7 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
       j.field("strategy", strategy_name(r.strategy));
       j.field("chosen", strategy_name(r.plan.strategy));
       j.field("phases", static_cast<std::int64_t>(r.plan.phases.size()));
-      j.field("transfers", static_cast<std::int64_t>(r.plan.num_transfers()));
+      j.field("transfer_count", static_cast<std::int64_t>(r.plan.num_transfers()));
       j.field("messages", static_cast<std::int64_t>(r.messages));
       j.field("plan_seconds", r.plan_seconds);
       j.field("max_sent", r.traffic.max_sent);
@@ -621,7 +685,10 @@ int run(const Options& o) {
                                    leader_broadcast_traffic(layout, e, batch, dir)});
       for (Strategy st : o.strategies) {
         const auto p0 = Clock::now();
-        BoundaryPlan plan = plan_boundary(layout, e, batch, dir, PlanOptions{st});
+        PlanOptions options;
+        options.strategy = st;
+        options.max_transfers = o.max_transfers;
+        BoundaryPlan plan = plan_boundary(layout, e, batch, dir, options);
         const double seconds = std::chrono::duration<double>(Clock::now() - p0).count();
         TrafficSummary traffic = summarize(plan, layout);
         const std::size_t messages = count_messages(plan);
@@ -661,6 +728,13 @@ int cmd_plan(int argc, char** argv) {
   } catch (const hetero::BatchError& e) {
     std::fprintf(stderr, "zipccl plan: invalid batch: %s\n", e.what());
     return 2;
+  } catch (const hetero::LimitError& e) {
+    std::fprintf(stderr, "zipccl plan: too large: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "zipccl plan: out of memory while planning; plan fewer ranks or samples, or lower "
+                         "--max-transfers\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zipccl plan: %s\n", e.what());
     return 1;

@@ -1,6 +1,8 @@
 # Runs a command and checks its exit status, its output and (optionally) JSON fields.
-#   cmake -DARGS="prog|arg|arg" -DEXIT=2 [-DMATCH=regex] [-DJSON_EQUAL="a.b.0.c=d.e"] -P expect_exit.cmake
-# ARGS separates arguments with '|'. JSON_EQUAL compares two JSON paths (dot-separated) of stdout.
+#   cmake -DARGS="prog|arg|arg" -DEXIT=2 [-DMATCH=regex] [-DJSON_EQUAL="a.b.0.c=d.e"]
+#         [-DJSON_VALUE="a.b=2"] [-DJSON_LENGTH="a.list=b.count"] -P expect_exit.cmake
+# ARGS separates arguments with '|'. JSON_EQUAL compares two JSON paths (dot-separated) of stdout;
+# JSON_VALUE compares a path with a literal; JSON_LENGTH compares an array's length with a path.
 string(REPLACE "|" ";" argv "${ARGS}")
 execute_process(COMMAND ${argv} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL EXIT)
@@ -24,5 +26,34 @@ if(DEFINED JSON_EQUAL)
   list(GET values 1 b)
   if(NOT a STREQUAL b)
     message(FATAL_ERROR "${JSON_EQUAL}: ${a} != ${b}")
+  endif()
+endif()
+
+function(json_get out path_text)
+  string(REPLACE "." ";" path "${path_text}")
+  string(JSON v ERROR_VARIABLE json_error ${ARGN} "${out}" ${path})
+  if(json_error)
+    message(FATAL_ERROR "JSON path ${path_text}: ${json_error}\n${out}")
+  endif()
+  set(json_result "${v}" PARENT_SCOPE)
+endfunction()
+if(DEFINED JSON_VALUE)
+  string(REPLACE "=" ";" sides "${JSON_VALUE}")
+  list(GET sides 0 path)
+  list(GET sides 1 want)
+  json_get("${out}" "${path}" GET)
+  if(NOT json_result STREQUAL want)
+    message(FATAL_ERROR "${path}: ${json_result} != ${want}")
+  endif()
+endif()
+if(DEFINED JSON_LENGTH)
+  string(REPLACE "=" ";" sides "${JSON_LENGTH}")
+  list(GET sides 0 list_path)
+  list(GET sides 1 count_path)
+  json_get("${out}" "${list_path}" LENGTH)
+  set(length "${json_result}")
+  json_get("${out}" "${count_path}" GET)
+  if(NOT length STREQUAL json_result)
+    message(FATAL_ERROR "length of ${list_path} is ${length}, ${count_path} is ${json_result}")
   endif()
 endif()

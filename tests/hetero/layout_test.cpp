@@ -96,6 +96,14 @@ TEST(HeteroLayout, RejectsInvalidLayoutsNamingTheConstraint) {
   LayoutSpec s = separate(mod("llm", 4, 1, 2, 8, 32), mod("vision", 2, 1, 1, 0, 8), 40);
   s.world_size = 0;
   EXPECT_EQ(error_of(s), "world size must be at least 1 (got 0)");
+  s.world_size = kMaxWorldSize + 1;
+  try {
+    Layout layout(s);
+    ADD_FAILURE() << "no LimitError";
+  } catch (const LimitError& e) {
+    EXPECT_EQ(std::string(e.what()), "world size 1048577 is above the limit of 1048576 ranks "
+                                     "(zipccl::hetero::kMaxWorldSize; plans keep tables per world rank)");
+  }
 
   s = separate(mod("llm", 4, 1, 2, 8, 32), mod("vision", 2, 1, 1, 0, 8), 40);
   s.encoders.clear();

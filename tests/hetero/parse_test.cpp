@@ -62,7 +62,7 @@ TEST(HeteroParse, TokenListsAndDtypes) {
   EXPECT_EQ(error_of([] { parse_token_list("5,7x"); }),
             "token list item '7x' must be COUNT or COUNTxREPEAT (e.g. 576 or 144x3)");
   EXPECT_EQ(error_of([] { parse_token_list("5,y"); }), "token count 'y' is not an integer");
-  EXPECT_EQ(error_of([] { parse_token_list("5x0"); }), "repeat 0 is outside 1..16777216");
+  EXPECT_EQ(error_of([] { parse_token_list("5x0"); }), "repeat 0 is outside 1..1048576");
   EXPECT_EQ(error_of([] { parse_token_list("-5"); }), "token count -5 is outside 0..9223372036854775807");
   EXPECT_EQ(parse_element_size("bf16"), 2);
   EXPECT_EQ(parse_element_size("fp32"), 4);

@@ -328,6 +328,69 @@ TEST(HeteroPlan, BadBatchesAreRejected) {
   EXPECT_EQ(message({{INT64_MAX / 4, INT64_MAX / 4}, 2, 2}),
             "the batch's byte count (tokens * hidden * element size) overflows 64 bits");
   EXPECT_THROW(plan_forward(layout, 1, BoundaryBatch{{1}, 1, 1}), LayoutError);
+  EXPECT_THROW(plan_forward(layout, 0, BoundaryBatch{std::vector<std::int64_t>(kMaxSamples + 1, 1), 1, 1}),
+               LimitError);
+}
+
+// The reproducer: the batch fits in 64 bits but 4 receivers' copies of it do not. Every
+// function that sums bytes must refuse it rather than wrap around.
+TEST(HeteroPlan, TrafficThatOverflowsIsAnError) {
+  LayoutSpec spec;
+  spec.world_size = 5;
+  spec.llm = ModuleSpec{"llm", 4, 1, 1, 0, false, 1, 4};
+  spec.encoders.push_back(ModuleSpec{"v", 1, 1, 1, 0, false, 0, 1});
+  const Layout layout(spec);
+  const BoundaryBatch batch{{INT64_MAX}, 1, 1};
+  const std::string expected =
+      "the boundary traffic overflows 64 bits: the batch's 9223372036854775807 bytes x up to 5 copies "
+      "(module 'llm' receives on tp 4 x cp 1 ranks per sample, plus one leader hop) = more than "
+      "9223372036854775807 bytes; split the batch";
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const BatchError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (Strategy st : {Strategy::direct, Strategy::scatter_allgather, Strategy::automatic}) {
+    EXPECT_EQ(message([&] { plan_forward(layout, 0, batch, PlanOptions{st}); }), expected);
+  }
+  EXPECT_EQ(message([&] { lower_bounds(layout, 0, batch, Direction::forward); }), expected);
+  EXPECT_EQ(message([&] { leader_broadcast_traffic(layout, 0, batch, Direction::forward); }), expected);
+  // The largest batch that fits: 5 copies of it still fit, and the figures are exact.
+  const BoundaryBatch fits{{INT64_MAX / 5}, 1, 1};
+  const BoundaryPlan p = plan_forward(layout, 0, fits, PlanOptions{Strategy::scatter_allgather});
+  EXPECT_EQ(summarize(p, layout).max_received, INT64_MAX / 5);
+  EXPECT_EQ(lower_bounds(layout, 0, fits, Direction::forward).received, INT64_MAX / 5);
+  EXPECT_EQ(detail::checked_mul(3, 4, "x"), 12);
+  EXPECT_EQ(message([] { detail::checked_add(INT64_MAX, 1, "bytes sent by one rank"); }),
+            "bytes sent by one rank: 9223372036854775807 + 1 overflows 64 bits");
+}
+
+// A receiving tp of 2^20 would need 2^40 relay transfers; the plan stops at the limit instead.
+TEST(HeteroPlan, TransferLimitStopsEarly) {
+  LayoutSpec spec;
+  spec.world_size = 4096;
+  spec.llm.tp = 4096;
+  spec.encoders.push_back(ModuleSpec{"v"});
+  const Layout layout(spec);
+  const BoundaryBatch batch{std::vector<std::int64_t>(64, 8), 1, 1};
+  PlanOptions options{Strategy::scatter_allgather, 100000};
+  try {
+    plan_forward(layout, 0, batch, options);
+    FAIL() << "no LimitError";
+  } catch (const LimitError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "the forward plan of encoder 'v' needs more than 100000 transfers (PlanOptions::max_transfers; "
+              "zipccl plan --max-transfers); module 'llm' receives on 4096 ranks, tp 4096");
+  }
+  // Exactly at the limit is fine (with one-member holders the running count is exact).
+  options.strategy = Strategy::direct;
+  options.max_transfers = plan_forward(layout, 0, batch).num_transfers();
+  EXPECT_NO_THROW(plan_forward(layout, 0, batch, options));
+  options.max_transfers -= 1;
+  EXPECT_THROW(plan_forward(layout, 0, batch, options), LimitError);
 }
 
 }  // namespace

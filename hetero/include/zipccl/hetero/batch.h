@@ -36,9 +36,19 @@ struct BoundaryBatch {
   std::int64_t row_bytes() const { return hidden * element_size; }
 };
 
-// Throws BatchError unless tokens >= 0, hidden >= 1, element_size >= 1, the number of samples fits
-// in an int and the whole tensor's byte count fits in 63 bits.
+// Planning keeps a few words per sample and party; this bounds that (and a mistyped sample count).
+// 2^20 samples plan in seconds; global batches in training are 10^3-10^5 samples.
+inline constexpr int kMaxSamples = 1 << 20;
+
+// Throws BatchError unless tokens >= 0, hidden >= 1, element_size >= 1 and the whole tensor's byte
+// count fits in 63 bits; LimitError for more than kMaxSamples samples.
 inline void validate_batch(const BoundaryBatch& batch);
+
+// Every byte count of a boundary into `receiver` (per rank, totals, the leader+broadcast model) is at
+// most the batch's bytes times (receiver tp * cp + 1); throws BatchError, naming those values, when
+// that product overflows 64 bits. The planner and the traffic functions call it; it assumes a
+// validated batch.
+inline void check_boundary_fits(const Module& receiver, const BoundaryBatch& batch);
 
 struct SampleRange {
   int begin = 0, end = 0;  // [begin, end)

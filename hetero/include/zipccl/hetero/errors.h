@@ -30,6 +30,14 @@ class BatchError : public Error {
   using Error::Error;
 };
 
+// The request is valid but beyond a limit the library keeps so that a typo cannot exhaust memory or
+// time: world size (kMaxWorldSize), samples (kMaxSamples), transfers per plan
+// (PlanOptions::max_transfers). The message names the value, the limit and how to raise it.
+class LimitError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Text that does not parse (the forms used by `zipccl plan`: "tp=2,ranks=0-7", "576,144x3", "bf16").
 class ParseError : public Error {
  public:

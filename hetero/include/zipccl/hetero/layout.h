@@ -23,6 +23,10 @@
 
 namespace zipccl::hetero {
 
+// Plans and traffic summaries keep a few words per world rank; this bounds them (and a mistyped
+// world size) at ~100 MB per plan, ten times the largest jobs trained today.
+inline constexpr int kMaxWorldSize = 1 << 20;
+
 enum class Dim : int { tp = 0, cp = 1, dp = 2, pp = 3 };
 
 // A permutation of the four dimensions, fastest-varying first.
@@ -113,7 +117,8 @@ class Module {
 
 class Layout {
  public:
-  // Validates the spec; throws LayoutError naming the first constraint that fails.
+  // Validates the spec; throws LayoutError naming the first constraint that fails, LimitError for a
+  // world above kMaxWorldSize.
   explicit Layout(const LayoutSpec& spec);
 
   int world_size() const { return world_size_; }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "zipccl/hetero/batch.h"
 #include "zipccl/hetero/layout.h"
 
 namespace zipccl::hetero {
@@ -125,9 +126,10 @@ inline std::vector<std::int64_t> parse_token_list(const std::string& text) {
     }
     const std::int64_t count = parse_integer(item.substr(0, x), 0, INT64_MAX, "token count");
     const std::int64_t repeat =
-        x == std::string::npos ? 1 : parse_integer(item.substr(x + 1), 1, 1 << 24, "repeat");
-    if (static_cast<std::int64_t>(tokens.size()) + repeat > (1 << 24)) {
-      throw ParseError("token list '" + text.substr(0, 40) + "...' has more than 16777216 samples");
+        x == std::string::npos ? 1 : parse_integer(item.substr(x + 1), 1, kMaxSamples, "repeat");
+    if (static_cast<std::int64_t>(tokens.size()) + repeat > kMaxSamples) {
+      throw ParseError("token list '" + text.substr(0, 40) + "...' has more than " +
+                       std::to_string(kMaxSamples) + " samples (zipccl::hetero::kMaxSamples)");
     }
     tokens.insert(tokens.end(), repeat, count);
   }

@@ -106,11 +106,20 @@ struct BoundaryPlan {
   }
 };
 
+// Transfers are 56 bytes each: 2^22 of them is about 230 MB (and a few seconds to plan, schedule and
+// summarise; a tp of 2^20 made 2.8 GB and 10 s at 2^24). The 16,384-rank examples in
+// docs/notes/hetero.md need 0.4M.
+inline constexpr std::size_t kDefaultMaxTransfers = std::size_t{1} << 22;
+
 struct PlanOptions {
   Strategy strategy = Strategy::direct;
+  // The plan stops with LimitError as soon as it would hold more transfers than this (time and
+  // memory grow with the transfers; a receiving tp of 10^6 would otherwise need 10^12).
+  std::size_t max_transfers = kDefaultMaxTransfers;
 };
 
-// Throws LayoutError for a bad encoder index, BatchError for a bad batch.
+// Throws LayoutError for a bad encoder index, BatchError for a bad batch or byte counts that overflow
+// 64 bits (check_boundary_fits), LimitError above options.max_transfers or the batch and world limits.
 inline BoundaryPlan plan_forward(const Layout& layout, int encoder, const BoundaryBatch& batch,
                                  const PlanOptions& options = {});
 inline BoundaryPlan plan_backward(const Layout& layout, int encoder, const BoundaryBatch& batch,

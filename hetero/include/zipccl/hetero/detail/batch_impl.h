@@ -18,12 +18,30 @@ inline std::int64_t split_point(std::int64_t total, std::int64_t i, std::int64_t
   return static_cast<std::int64_t>(static_cast<Int128>(total) * i / k);
 }
 
+// a * b and a + b for byte and row counts; BatchError naming the operands when 64 bits overflow.
+inline std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) {
+    throw BatchError(std::string(what) + ": " + std::to_string(a) + " x " + std::to_string(b) +
+                     " overflows 64 bits");
+  }
+  return r;
+}
+inline std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) {
+    throw BatchError(std::string(what) + ": " + std::to_string(a) + " + " + std::to_string(b) +
+                     " overflows 64 bits");
+  }
+  return r;
+}
+
 }  // namespace detail
 
 inline void validate_batch(const BoundaryBatch& batch) {
-  if (batch.tokens.size() > static_cast<std::size_t>(INT_MAX)) {
-    throw BatchError("a batch may hold at most " + std::to_string(INT_MAX) + " samples (got " +
-                     std::to_string(batch.tokens.size()) + ")");
+  if (batch.tokens.size() > static_cast<std::size_t>(kMaxSamples)) {
+    throw LimitError("a batch may hold at most " + std::to_string(kMaxSamples) + " samples (got " +
+                     std::to_string(batch.tokens.size()) + "; zipccl::hetero::kMaxSamples)");
   }
   if (batch.hidden < 1)
     throw BatchError("hidden size must be at least 1 (got " + std::to_string(batch.hidden) + ")");
@@ -43,6 +61,20 @@ inline void validate_batch(const BoundaryBatch& batch) {
     if (__builtin_mul_overflow(n, row_bytes, &bytes) || __builtin_add_overflow(total, bytes, &total)) {
       throw BatchError("the batch's byte count (tokens * hidden * element size) overflows 64 bits");
     }
+  }
+}
+
+inline void check_boundary_fits(const Module& receiver, const BoundaryBatch& batch) {
+  std::int64_t total = 0;
+  for (std::int64_t n : batch.tokens) total += n * batch.row_bytes();  // fits: validate_batch
+  const std::int64_t copies = static_cast<std::int64_t>(receiver.tp()) * receiver.cp() + 1;
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(total, copies, &r)) {
+    throw BatchError("the boundary traffic overflows 64 bits: the batch's " + std::to_string(total) +
+                     " bytes x up to " + std::to_string(copies) + " copies (module '" + receiver.name() +
+                     "' receives on tp " + std::to_string(receiver.tp()) + " x cp " +
+                     std::to_string(receiver.cp()) + " ranks per sample, plus one leader hop) = more than " +
+                     std::to_string(INT64_MAX) + " bytes; split the batch");
   }
 }
 

@@ -117,6 +117,11 @@ inline Layout::Layout(const LayoutSpec& spec) : world_size_(spec.world_size) {
   if (spec.world_size < 1) {
     throw LayoutError("world size must be at least 1 (got " + std::to_string(spec.world_size) + ")");
   }
+  if (spec.world_size > kMaxWorldSize) {
+    throw LimitError("world size " + std::to_string(spec.world_size) + " is above the limit of " +
+                     std::to_string(kMaxWorldSize) +
+                     " ranks (zipccl::hetero::kMaxWorldSize; plans keep tables per world rank)");
+  }
   if (spec.encoders.empty()) throw LayoutError("a layout needs at least one encoder (got none)");
 
   auto build = [&](const ModuleSpec& ms, Role role, const std::string& default_name) {

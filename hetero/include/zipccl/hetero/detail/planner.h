@@ -71,11 +71,41 @@ inline std::int64_t max_sent(const BoundaryPlan& plan) {
   return most;
 }
 
+// Counts what a plan holds as it grows, so an oversized request stops early with a message instead
+// of running for minutes or exhausting memory.
+class TransferBudget {
+ public:
+  TransferBudget(const Layout& layout, int encoder, Direction direction, std::size_t limit)
+      : layout_(layout), encoder_(encoder), direction_(direction), limit_(limit) {}
+  void take(std::size_t n) {
+    used_ += n;
+    if (used_ > limit_) {
+      const Module& dst = direction_ == Direction::forward ? layout_.llm() : layout_.encoder(encoder_);
+      throw LimitError(std::string("the ") + direction_name(direction_) + " plan of encoder '" +
+                       layout_.encoder(encoder_).name() + "' needs more than " + std::to_string(limit_) +
+                       " transfers (PlanOptions::max_transfers; zipccl plan --max-transfers); module '" +
+                       dst.name() + "' receives on " + std::to_string(dst.num_ranks()) + " ranks, tp " +
+                       std::to_string(dst.tp()));
+    }
+  }
+
+ private:
+  const Layout& layout_;
+  int encoder_;
+  Direction direction_;
+  std::size_t limit_;
+  std::size_t used_ = 0;
+};
+
 inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryBatch& batch,
-                              Strategy strategy, Direction direction) {
+                              const PlanOptions& options, Direction direction) {
+  const Strategy strategy = options.strategy;
   if (strategy == Strategy::automatic) {
-    BoundaryPlan direct = make_plan(layout, encoder, batch, Strategy::direct, direction);
-    BoundaryPlan relay = make_plan(layout, encoder, batch, Strategy::scatter_allgather, direction);
+    PlanOptions one = options;
+    one.strategy = Strategy::direct;
+    BoundaryPlan direct = make_plan(layout, encoder, batch, one, direction);
+    one.strategy = Strategy::scatter_allgather;
+    BoundaryPlan relay = make_plan(layout, encoder, batch, one, direction);
     return max_sent(relay) < max_sent(direct) ? relay : direct;
   }
   validate_batch(batch);
@@ -83,6 +113,8 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
   const int world = layout.world_size();
   const int src_index = direction == Direction::forward ? 1 + encoder : 0;
   const int dst_index = direction == Direction::forward ? 0 : 1 + encoder;
+  check_boundary_fits(layout.modules()[dst_index], batch);
+  TransferBudget budget(layout, encoder, direction, options.max_transfers);
   const Placement ps = make_placement(layout.modules()[src_index], batch, world);
   const Placement pd = make_placement(layout.modules()[dst_index], batch, world);
   const int num_samples = batch.num_samples();
@@ -131,6 +163,7 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
     }
   };
   auto local_copy = [&](int rank, int q, int s, RowRange o) {
+    budget.take(1);
     phase0.push_back(make_transfer(rank, rank, s, o, BufferKind::source, ps.offset(q, s, o.begin)));
   };
 
@@ -156,6 +189,7 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
               if (ps.party_of_rank[r] == q) {
                 local_copy(r, q, s, o);
               } else {
+                budget.take(1);
                 demands[q].push_back(Demand{r, s, o});
               }
             });
@@ -203,6 +237,7 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
       while (rest.size() > 0) {
         while (room == 0) room = caps[++j];
         const RowRange piece{rest.begin, rest.begin + std::min(room, rest.size())};
+        budget.take(1);
         demands[item.party].push_back(Demand{P.ranks[j], item.sample, piece});
         shares[j].push_back(Share{item.party, item.sample, piece});
         room -= piece.size();
@@ -210,6 +245,7 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
       }
     }
     for (int a = 0; a < m; ++a) {
+      if (shares[a].empty()) continue;  // keeps this loop O(transfers), not O(m^2)
       std::sort(shares[a].begin(), shares[a].end(), [](const Share& x, const Share& y) {
         return x.sample != y.sample ? x.sample < y.sample : x.rows.begin < y.rows.begin;
       });
@@ -217,6 +253,7 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
         if (b == a) continue;
         for (const Share& sh : shares[a]) {
           if (ps.party_of_rank[P.ranks[b]] == sh.holder_party) continue;  // b copied these itself
+          budget.take(1);
           phase1.push_back(make_transfer(P.ranks[a], P.ranks[b], sh.sample, sh.rows, BufferKind::destination,
                                          pd.offset(pi, sh.sample, sh.rows.begin)));
         }
@@ -225,10 +262,13 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
   }
 
   // Cut each source party's demand stream into equal consecutive pieces, one per member.
-  std::size_t cut_transfers = 0;
+  std::size_t cut_transfers = 0, cut_extra = 0;  // a cut adds at most members - 1 to a stream
   for (std::size_t q = 0; q < demands.size(); ++q) {
-    if (!demands[q].empty()) cut_transfers += demands[q].size() + ps.parties[q].ranks.size() - 1;
+    if (demands[q].empty()) continue;
+    cut_transfers += demands[q].size() + ps.parties[q].ranks.size() - 1;
+    cut_extra += ps.parties[q].ranks.size() - 1;
   }
+  budget.take(cut_extra);  // the demands themselves were counted as they were made
   phase0.reserve(phase0.size() + cut_transfers);
   for (int q = 0; q < static_cast<int>(ps.parties.size()); ++q) {
     const std::vector<Demand>& stream = demands[q];
@@ -266,12 +306,12 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
 
 inline BoundaryPlan plan_forward(const Layout& layout, int encoder, const BoundaryBatch& batch,
                                  const PlanOptions& options) {
-  return detail::make_plan(layout, encoder, batch, options.strategy, Direction::forward);
+  return detail::make_plan(layout, encoder, batch, options, Direction::forward);
 }
 
 inline BoundaryPlan plan_backward(const Layout& layout, int encoder, const BoundaryBatch& batch,
                                   const PlanOptions& options) {
-  return detail::make_plan(layout, encoder, batch, options.strategy, Direction::backward);
+  return detail::make_plan(layout, encoder, batch, options, Direction::backward);
 }
 
 }  // namespace zipccl::hetero

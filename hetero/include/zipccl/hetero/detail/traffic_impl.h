@@ -13,8 +13,8 @@ inline void finish_summary(TrafficSummary& t) {
   for (const RankTraffic& r : t.ranks) {
     t.max_sent = std::max(t.max_sent, r.sent);
     t.max_received = std::max(t.max_received, r.received);
-    t.network_bytes += r.sent;
-    t.copied_bytes += r.copied;
+    t.network_bytes = checked_add(t.network_bytes, r.sent, "bytes sent by all ranks");
+    t.copied_bytes = checked_add(t.copied_bytes, r.copied, "bytes copied by all ranks");
   }
 }
 
@@ -35,8 +35,9 @@ inline TrafficSummary summarize(const BoundaryPlan& plan, const Layout& layout) 
         t.ranks[x.src].copied += x.bytes;
         continue;
       }
-      t.ranks[x.src].sent += x.bytes;
-      t.ranks[x.dst].received += x.bytes;
+      t.ranks[x.src].sent = detail::checked_add(t.ranks[x.src].sent, x.bytes, "bytes sent by one rank");
+      t.ranks[x.dst].received =
+          detail::checked_add(t.ranks[x.dst].received, x.bytes, "bytes received by one rank");
       if (!receiver.contains(x.src) && receiver.contains(x.dst)) t.boundary_bytes += x.bytes;
       if (pairs.insert(static_cast<std::int64_t>(x.src) * plan.world_size + x.dst).second) {
         ++t.ranks[x.src].send_peers;
@@ -55,6 +56,7 @@ inline LowerBounds lower_bounds(const Layout& layout, int encoder, const Boundar
   const int world = layout.world_size();
   const int src_index = direction == Direction::forward ? 1 + encoder : 0;
   const int dst_index = direction == Direction::forward ? 0 : 1 + encoder;
+  check_boundary_fits(layout.modules()[dst_index], batch);  // the sums below fit after this
   const detail::Placement ps = detail::make_placement(layout.modules()[src_index], batch, world);
   const detail::Placement pd = detail::make_placement(layout.modules()[dst_index], batch, world);
   const int n = batch.num_samples();
@@ -107,12 +109,14 @@ inline TrafficSummary leader_broadcast_traffic(const Layout& layout, int encoder
   const int world = layout.world_size();
   const Module& src = layout.modules()[direction == Direction::forward ? 1 + encoder : 0];
   const Module& dst = layout.modules()[direction == Direction::forward ? 0 : 1 + encoder];
+  check_boundary_fits(dst, batch);  // the sums below fit after this
   const detail::Placement ps = detail::make_placement(src, batch, world);
   const int n = batch.num_samples();
   TrafficSummary t;
   t.ranks.resize(world);
   std::vector<RankList> dst_stage(dst.dp());
   for (int d = 0; d < dst.dp(); ++d) dst_stage[d] = boundary_stage_ranks(dst, d);
+  std::vector<std::int64_t> ring_bytes(dst.dp(), 0);
   for (int s = 0; s < n; ++s) {
     const std::int64_t bytes = batch.tokens[s] * batch.row_bytes();
     if (bytes == 0) continue;
@@ -136,9 +140,14 @@ inline TrafficSummary leader_broadcast_traffic(const Layout& layout, int encoder
       t.ranks[dst_leader].received += bytes;
       if (!dst.contains(src_leader)) t.boundary_bytes += bytes;
     }
+    ring_bytes[sample_replica(n, dst.dp(), s)] += bytes;
+  }
+  // The ring costs each member the same per sample, so it is added per replica: O(samples + ranks).
+  for (int d = 0; d < dst.dp(); ++d) {
+    const RankList& members = dst_stage[d];
     for (std::size_t i = 0; i + 1 < members.size(); ++i) {
-      t.ranks[members[i]].sent += bytes;
-      t.ranks[members[i + 1]].received += bytes;
+      t.ranks[members[i]].sent += ring_bytes[d];
+      t.ranks[members[i + 1]].received += ring_bytes[d];
     }
   }
   detail::finish_summary(t);
