@@ -29,6 +29,7 @@ using Clock = std::chrono::steady_clock;
 const char kUsage[] =
     "usage: zipccl plan --world N --llm SPEC --encoder SPEC [--encoder SPEC ...]\n"
     "                   (--samples B --tokens T | --tokens-list LIST) --hidden H [--dtype bf16]\n"
+    "                   [--assign contiguous|balanced|LIST] [--llm-assign contiguous|balanced|LIST]\n"
     "                   [--strategy direct|scatter-allgather|automatic|both] [--direction "
     "forward|backward|both]\n"
     "                   [--json] [--summary] [--transfers] [--max-groups N] [--max-transfers N]\n"
@@ -49,6 +50,10 @@ const char kUsage[] =
     "  --tokens-list LIST   tokens per sample, e.g. 576,144x3,0 (COUNTxREPEAT for runs)\n"
     "  --hidden H           elements per token\n"
     "  --dtype D            bf16 (default), fp16, fp32, fp8, int8 or a byte count\n"
+    "  --assign A           samples -> encoder replicas: contiguous (default: blocks by count),\n"
+    "                       balanced (by tokens, longest first onto the least loaded replica), or a\n"
+    "                       replica per sample, e.g. 0,1,1,0 or 3x4 (COUNTxREPEAT)\n"
+    "  --llm-assign A       the same for the LLM's replicas\n"
     "  --strategy S         direct, scatter-allgather, automatic (the one sending less), or both (default)\n"
     "  --direction D        forward, backward, or both (default)\n"
     "  --json               one JSON document for machines instead of text\n"
@@ -84,6 +89,8 @@ struct Options {
   bool transfers = false;
   int max_groups = 8;
   std::size_t max_transfers = kDefaultMaxTransfers;
+  SampleAssignment encoder_assignment;
+  SampleAssignment llm_assignment;
 };
 
 // A number with a limit that says what the limit protects (parse_integer's "outside 1..N" does not).
@@ -146,6 +153,10 @@ Options parse_options(int argc, char** argv) {
       if (o.tokens_list.empty()) throw UsageError{"--tokens-list is empty"};
     } else if (arg == "--hidden") {
       o.hidden = parse_integer(take(), 1, INT64_MAX, "--hidden");
+    } else if (arg == "--assign") {
+      o.encoder_assignment = parse_assignment(take());
+    } else if (arg == "--llm-assign") {
+      o.llm_assignment = parse_assignment(take());
     } else if (arg == "--dtype") {
       o.dtype = take();
     } else if (arg == "--strategy") {
@@ -400,6 +411,12 @@ void print_text(const Options& o, const Layout& layout, const BoundaryBatch& bat
               " bytes per element: %s per token, %s in all\n",
               batch.num_samples(), total_tokens, batch.hidden, batch.element_size,
               human_bytes(batch.row_bytes()).c_str(), human_bytes(total_tokens * batch.row_bytes()).c_str());
+  std::printf("load (tokens per data-parallel replica; the busiest one sets the step time):\n");
+  for (const Module& m : layout.modules()) {
+    const ReplicaLoad load = replica_load(batch.tokens, module_replicas(m, batch), m.dp());
+    std::printf("  %-10s %-10s dp %-5d max %" PRId64 ", mean %.1f, max/mean %.2fx\n", m.name().c_str(),
+                assignment_rule_name(batch.assignment(m).rule), m.dp(), load.max, load.mean, load.imbalance());
+  }
 
   std::printf("\ngroups:\n");
   for (const GroupFamily& f : families) {
@@ -539,6 +556,11 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
     j.field("sequence_parallel", m.sequence_parallel());
     j.field("order", to_string(m.order()));
     if (m.role() == Role::encoder) j.field("colocated", layout.colocated(layout.find_encoder(m.name())));
+    const ReplicaLoad load = replica_load(batch.tokens, module_replicas(m, batch), m.dp());
+    j.field("assignment", assignment_rule_name(batch.assignment(m).rule));
+    j.field("replica_tokens_max", load.max);
+    j.field("replica_tokens_mean", load.mean);
+    j.field("load_imbalance", load.imbalance());
     j.close('}');
   }
   j.close(']');
@@ -672,6 +694,8 @@ int run(const Options& o) {
   }
   batch.hidden = o.hidden;
   batch.element_size = parse_element_size(o.dtype);
+  batch.encoder_assignment = o.encoder_assignment;
+  batch.llm_assignment = o.llm_assignment;
   validate_batch(batch);
 
   const auto t0 = Clock::now();

@@ -368,6 +368,100 @@ TEST(HeteroPlan, TrafficThatOverflowsIsAnError) {
             "bytes sent by one rank: 9223372036854775807 + 1 overflows 64 bits");
 }
 
+// The balanced rule: the oracle's linear-scan LPT, its guarantee, and a given map's validation.
+TEST(HeteroAssignment, BalancedIsLptAndWithinTheLargestSample) {
+  std::mt19937_64 rng(22);
+  for (int i = 0; i < 3000; ++i) {
+    const int dp = pick(rng, {1, 2, 3, 4, 7, 8, 16});
+    const int n = static_cast<int>(rng() % 70);
+    std::vector<std::int64_t> tokens(n);
+    for (auto& t : tokens) t = rng() % 5 == 0 ? 0 : static_cast<std::int64_t>(rng() % (rng() % 2 ? 8 : 3000));
+    LayoutSpec spec;
+    spec.world_size = dp;
+    spec.encoders.push_back(ModuleSpec{"v"});
+    const Layout layout(spec);
+    BoundaryBatch batch{tokens, 1, 1};
+    batch.encoder_assignment.rule = AssignmentRule::balanced;
+    const std::vector<int> got = module_replicas(layout.encoder(0), batch);
+    ASSERT_EQ(got, oracle_replicas(layout.encoder(0), batch));
+    const ReplicaLoad load = replica_load(tokens, got, dp);
+    std::int64_t total = 0, largest = 0;
+    for (std::int64_t t : tokens) total += t, largest = std::max(largest, t);
+    ASSERT_LE(static_cast<double>(load.max), static_cast<double>(total) / dp + largest);
+    ASSERT_DOUBLE_EQ(load.mean, static_cast<double>(total) / dp);
+    // With no tokens at all, samples still spread evenly (ties go to the replica with fewer).
+    std::vector<int> count(dp, 0);
+    for (int d : got) ++count[d];
+    if (std::count(tokens.begin(), tokens.end(), 0) == n) {
+      ASSERT_LE(*std::max_element(count.begin(), count.end()) - *std::min_element(count.begin(), count.end()), 1);
+    }
+  }
+  auto message = [](const SampleAssignment& a) {
+    try {
+      assign_replicas({5, 6, 7}, 2, a, "module 'v'");
+    } catch (const BatchError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({AssignmentRule::given, {0, 1}}), "module 'v': the sample->replica map has 2 entries for 3 samples");
+  EXPECT_EQ(message({AssignmentRule::given, {0, 2, 1}}),
+            "module 'v': sample 1 is mapped to replica 2, outside 0..1 (dp 2)");
+  EXPECT_EQ(message({AssignmentRule::given, {1, 1, 0}}), "no error");
+  EXPECT_EQ(assign_replicas({5, 6, 7}, 2, {AssignmentRule::balanced, {}}), (std::vector<int>{1, 1, 0}));
+  EXPECT_EQ(assign_replicas({5, 6, 7}, 2, {}), (std::vector<int>{0, 0, 1}));
+}
+
+// Issue 22 item 2: dynamic-resolution images (1-16 per sample, 64-2,500 tokens each), 64 samples on
+// 8 encoder replicas. Contiguous blocks by count leave a straggler; the balanced rule does not.
+TEST(HeteroAssignment, DynamicResolutionBatchIsBalanced) {
+  std::mt19937_64 rng(2026);
+  double worst_contiguous = 0, worst_balanced = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::int64_t> tokens(64, 0);
+    for (auto& t : tokens) {
+      const int images = 1 + static_cast<int>(rng() % 16);
+      for (int k = 0; k < images; ++k) t += 64 + static_cast<std::int64_t>(rng() % (2500 - 64 + 1));
+    }
+    const double contiguous =
+        replica_load(tokens, assign_replicas(tokens, 8, {}), 8).imbalance();
+    const double balanced =
+        replica_load(tokens, assign_replicas(tokens, 8, {AssignmentRule::balanced, {}}), 8).imbalance();
+    worst_contiguous = std::max(worst_contiguous, contiguous);
+    worst_balanced = std::max(worst_balanced, balanced);
+  }
+  EXPECT_GT(worst_contiguous, 1.5);
+  EXPECT_LT(worst_balanced, 1.05);
+}
+
+// A balanced encoder feeding a contiguous LLM: samples arrive from scattered replicas, and the
+// contract holds (the random tests cover every pair of rules; this is the readable case).
+TEST(HeteroAssignment, PlansWorkWithAnyAssignment) {
+  LayoutSpec spec;
+  spec.world_size = 24;
+  spec.llm = ModuleSpec{"llm", 4, 1, 1, 0, false, 8, 16};
+  spec.encoders.push_back(ModuleSpec{"vision", 1, 1, 1, 0, false, 0, 8});
+  const Layout layout(spec);
+  BoundaryBatch batch{{5000, 10, 10, 10, 10, 10, 10, 10, 4000, 3000}, 2, 2};
+  batch.encoder_assignment.rule = AssignmentRule::balanced;
+  const std::vector<int> enc = module_replicas(layout.encoder(0), batch);
+  EXPECT_EQ(enc[0], 0);
+  EXPECT_EQ(enc[8], 1);
+  EXPECT_EQ(enc[9], 2);
+  for (Strategy st : {Strategy::direct, Strategy::scatter_allgather}) {
+    for (Direction dir : {Direction::forward, Direction::backward}) {
+      const BoundaryPlan p = plan_boundary(layout, 0, batch, dir, PlanOptions{st});
+      EXPECT_EQ(check_plan(layout, batch, p), "");
+      EXPECT_EQ(check_balance(layout, batch, p), "");
+    }
+  }
+  // Encoder rank r holds the samples the rule gave replica r, ascending.
+  for (const BufferSegment& seg : buffer_segments(layout.encoder(0), batch, 1)) EXPECT_EQ(enc[seg.sample], 1);
+  batch.llm_assignment = {AssignmentRule::given, {3, 3, 3, 3, 3, 3, 3, 3, 3, 0}};
+  EXPECT_EQ(check_plan(layout, batch, plan_forward(layout, 0, batch)), "");
+  EXPECT_EQ(summarize(plan_forward(layout, 0, batch), layout).ranks[8].received, 3000 * 4);
+}
+
 // A receiving tp of 2^20 would need 2^40 relay transfers; the plan stops at the limit instead.
 TEST(HeteroPlan, TransferLimitStopsEarly) {
   LayoutSpec spec;

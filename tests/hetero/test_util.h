@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -31,6 +32,10 @@ struct Case {
     for (std::size_t i = 0; i < batch.tokens.size(); ++i)
       s += (i ? "," : "") + std::to_string(batch.tokens[i]);
     s += "] hidden " + std::to_string(batch.hidden) + " elem " + std::to_string(batch.element_size);
+    for (const SampleAssignment* a : {&batch.encoder_assignment, &batch.llm_assignment}) {
+      s += std::string(a == &batch.llm_assignment ? " llm " : " encoder ") + assignment_rule_name(a->rule);
+      for (std::size_t i = 0; i < a->replica.size(); ++i) s += (i ? "," : " ") + std::to_string(a->replica[i]);
+    }
     return s;
   }
 };
@@ -110,6 +115,23 @@ inline Case random_case(std::mt19937_64& rng, int max_ranks = 48) {
   }
   c.batch.hidden = pick(rng, {1, 2, 3});
   c.batch.element_size = pick(rng, {1, 2, 4});
+  // Assignments: contiguous half the time, else balanced or a random map (valid for every encoder).
+  auto dp_of = [&](const ModuleSpec& m) {
+    return (m.num_ranks < 0 ? c.spec.world_size : m.num_ranks) / (m.tp * m.cp * m.pp);
+  };
+  int encoder_dp = INT32_MAX;
+  for (const auto& e : c.spec.encoders) encoder_dp = std::min(encoder_dp, dp_of(e));
+  auto random_assignment = [&](int dp) {
+    SampleAssignment a;
+    const int r = static_cast<int>(rng() % 4);
+    a.rule = r < 2 ? AssignmentRule::contiguous : r == 2 ? AssignmentRule::balanced : AssignmentRule::given;
+    if (a.rule == AssignmentRule::given) {
+      for (int s = 0; s < samples; ++s) a.replica.push_back(static_cast<int>(rng() % dp));
+    }
+    return a;
+  };
+  c.batch.encoder_assignment = random_assignment(encoder_dp);
+  c.batch.llm_assignment = random_assignment(dp_of(c.spec.llm));
   return c;
 }
 
@@ -154,6 +176,34 @@ inline int oracle_replica(int num_samples, int dp, int s) {
   return -1;
 }
 
+// The replica of each sample, from the rules in batch.h: balanced by repeated linear scans.
+inline std::vector<int> oracle_replicas(const Module& m, const BoundaryBatch& batch) {
+  const SampleAssignment& a = m.role() == Role::llm ? batch.llm_assignment : batch.encoder_assignment;
+  const int n = batch.num_samples(), dp = m.dp();
+  std::vector<int> out(n, -1);
+  if (a.rule == AssignmentRule::given) return a.replica;
+  if (a.rule == AssignmentRule::contiguous) {
+    for (int s = 0; s < n; ++s) out[s] = oracle_replica(n, dp, s);
+    return out;
+  }
+  std::vector<std::int64_t> load(dp, 0);
+  std::vector<int> count(dp, 0);
+  for (int placed = 0; placed < n; ++placed) {
+    int next = -1;  // the unplaced sample with the most tokens, lowest index on ties
+    for (int s = 0; s < n; ++s) {
+      if (out[s] < 0 && (next < 0 || batch.tokens[s] > batch.tokens[next])) next = s;
+    }
+    int best = 0;
+    for (int d = 1; d < dp; ++d) {
+      if (load[d] < load[best] || (load[d] == load[best] && count[d] < count[best])) best = d;
+    }
+    out[next] = best;
+    load[best] += batch.tokens[next];
+    ++count[best];
+  }
+  return out;
+}
+
 // keeps[rank][sample] = the rows of that sample the rank keeps at the module's boundary (sorted).
 struct Oracle {
   std::vector<std::vector<std::vector<std::int64_t>>> keeps;
@@ -177,9 +227,10 @@ inline Oracle make_oracle(const Layout& layout, const Module& m, const BoundaryB
   const int n = batch.num_samples();
   o.keeps.assign(layout.world_size(), std::vector<std::vector<std::int64_t>>(n));
   o.buffer_rows.assign(layout.world_size(), 0);
+  const std::vector<int> replica = oracle_replicas(m, batch);
   for (int s = 0; s < n; ++s) {
     const std::vector<Keeper> who = keepers(m, batch.tokens[s]);
-    const int d = oracle_replica(n, m.dp(), s);
+    const int d = replica[s];
     for (int r = m.first_rank(); r < m.end_rank(); ++r) {
       const Coords c = m.coords(r);
       if (c.pp != m.boundary_stage() || c.dp != d) continue;

@@ -5,10 +5,12 @@
 // bytes. A row is the unit of placement; plans move whole rows.
 //
 // Where a module keeps it (the same rules for the encoder's output and the LLM's input):
-//  - Samples are split over the module's data-parallel replicas in contiguous blocks of
-//    floor(B / dp) or ceil(B / dp) samples, the first B mod dp replicas taking the larger blocks
-//    (with B divisible by dp this is Megatron-LM's split). Each module splits independently, so
-//    encoder dp != LLM dp gives fan-in (encoder dp > LLM dp) or fan-out (encoder dp < LLM dp).
+//  - Samples go to the module's data-parallel replicas by the batch's assignment for that module
+//    (SampleAssignment, below). By default, contiguous blocks of floor(B / dp) or ceil(B / dp)
+//    samples, the first B mod dp replicas taking the larger blocks (with B divisible by dp this is
+//    Megatron-LM's split); or token-balanced; or a map the caller gives. Each module splits
+//    independently, so encoder dp != LLM dp gives fan-in (encoder dp > LLM dp) or fan-out (encoder
+//    dp < LLM dp), and the plans work with any pair of assignments.
 //  - Within a replica only the boundary pipeline stage holds it (LLM: stage 0; encoder: last stage).
 //  - Context parallel (cp > 1): a sample of n rows is cut into 2*cp chunks at floor(i*n / (2*cp)),
 //    and cp rank c keeps chunks c and 2*cp-1-c (the load-balanced zigzag of Megatron-LM's CP).
@@ -21,20 +23,71 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "zipccl/hetero/layout.h"
 
 namespace zipccl::hetero {
 
+// How a module's samples map onto its data-parallel replicas.
+//  - contiguous: blocks by count (see above). With dynamic-resolution images one replica can get
+//    2-3.5x the mean token load, and the whole step waits for it.
+//  - balanced: by tokens: samples in descending token order (ties: lower index first), each onto the
+//    replica with the fewest tokens so far (ties: fewer samples, then lower index) - the LPT rule,
+//    max load <= mean + the largest sample and <= 4/3 of the best possible. It depends only on the
+//    token counts and dp, so every rank computes the same map.
+//  - given: `replica[s]` is sample s's replica (in [0, dp)); e.g. a data loader's own balancing.
+// Within a replica, samples keep ascending index order in the buffers.
+enum class AssignmentRule { contiguous, balanced, given };
+
+struct SampleAssignment {
+  AssignmentRule rule = AssignmentRule::contiguous;
+  std::vector<int> replica;  // rule given: one entry per sample
+};
+
+inline const char* assignment_rule_name(AssignmentRule r) {
+  return r == AssignmentRule::contiguous ? "contiguous" : r == AssignmentRule::balanced ? "balanced" : "given";
+}
+
 struct BoundaryBatch {
+  // BoundaryBatch{tokens, hidden, element_size}, as before assignments existed (contiguous ones);
+  // a constructor rather than an aggregate so that form stays free of missing-initializer warnings.
+  BoundaryBatch() = default;
+  BoundaryBatch(std::vector<std::int64_t> tokens_, std::int64_t hidden_, std::int64_t element_size_)
+      : tokens(std::move(tokens_)), hidden(hidden_), element_size(element_size_) {}
+
   std::vector<std::int64_t> tokens;  // rows per sample; size() is the number of samples
   std::int64_t hidden = 0;           // elements per row
   std::int64_t element_size = 0;     // bytes per element (bf16: 2)
+  SampleAssignment encoder_assignment;  // samples -> replicas of the encoder being planned
+  SampleAssignment llm_assignment;      // samples -> replicas of the LLM
 
   int num_samples() const { return static_cast<int>(tokens.size()); }
   std::int64_t row_bytes() const { return hidden * element_size; }
+  const SampleAssignment& assignment(const Module& m) const {
+    return m.role() == Role::llm ? llm_assignment : encoder_assignment;
+  }
 };
+
+// The replica of each sample among `dp` replicas under `a`. Throws BatchError for a given map whose
+// size is not the number of samples or with an entry outside [0, dp); `who` names the module.
+inline std::vector<int> assign_replicas(const std::vector<std::int64_t>& tokens, int dp,
+                                        const SampleAssignment& a, const std::string& who = "module");
+// The replica of each sample of `batch` in module m (its role picks the assignment).
+inline std::vector<int> module_replicas(const Module& m, const BoundaryBatch& batch) {
+  return assign_replicas(batch.tokens, m.dp(), batch.assignment(m), "module '" + m.name() + "'");
+}
+
+// Tokens per replica under an assignment; max / mean is the straggler factor of the module's step.
+struct ReplicaLoad {
+  std::vector<std::int64_t> tokens;  // per replica
+  std::int64_t max = 0;
+  double mean = 0;
+  double imbalance() const { return mean > 0 ? static_cast<double>(max) / mean : 1.0; }
+};
+inline ReplicaLoad replica_load(const std::vector<std::int64_t>& tokens, const std::vector<int>& replicas, int dp);
 
 // Planning keeps a few words per sample and party; this bounds that (and a mistyped sample count).
 // 2^20 samples plan in seconds; global batches in training are 10^3-10^5 samples.
@@ -55,14 +108,14 @@ struct SampleRange {
   int size() const { return end - begin; }
 };
 
-// Samples held by data-parallel replica `replica` of `dp` replicas (contiguous blocks, see above).
+// Samples held by data-parallel replica `replica` of `dp` replicas under the contiguous rule.
 inline SampleRange replica_samples(int num_samples, int dp, int replica) {
   const int base = num_samples / dp, extra = num_samples % dp;
   const int begin = replica * base + (replica < extra ? replica : extra);
   return SampleRange{begin, begin + base + (replica < extra ? 1 : 0)};
 }
 
-// The replica that holds sample s.
+// The replica that holds sample s under the contiguous rule.
 inline int sample_replica(int num_samples, int dp, int s) {
   const int base = num_samples / dp, extra = num_samples % dp;
   const int big = extra * (base + 1);

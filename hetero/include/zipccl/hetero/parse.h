@@ -6,6 +6,7 @@
 //                 Example: "name=vision,tp=2,dp=4,ranks=0-7".
 //   token list    comma-separated counts, COUNTxREPEAT for runs: "576,144x3" = 576,144,144,144.
 //   element size  bf16, fp16, fp32, fp8, int8, or a byte count.
+//   assignment    contiguous, balanced, or a replica per sample in token-list form: "0,1,1x2".
 //
 // Every function throws ParseError with the offending text and what was expected.
 #pragma once
@@ -134,6 +135,22 @@ inline std::vector<std::int64_t> parse_token_list(const std::string& text) {
     tokens.insert(tokens.end(), repeat, count);
   }
   return tokens;
+}
+
+// "contiguous", "balanced", or a replica per sample in the token-list form ("0,1,1,0", "1x3").
+// Replicas are checked against the module's dp when the plan is made.
+inline SampleAssignment parse_assignment(const std::string& text) {
+  if (text == "contiguous") return SampleAssignment{};
+  if (text == "balanced") return SampleAssignment{AssignmentRule::balanced, {}};
+  if (text.empty() || text[0] < '0' || text[0] > '9') {
+    throw ParseError("assignment '" + text + "' is not contiguous, balanced or a replica list (e.g. 0,1,1,0)");
+  }
+  SampleAssignment a{AssignmentRule::given, {}};
+  for (std::int64_t r : parse_token_list(text)) {
+    if (r > INT32_MAX) throw ParseError("replica " + std::to_string(r) + " in assignment is too large");
+    a.replica.push_back(static_cast<int>(r));
+  }
+  return a;
 }
 
 inline std::int64_t parse_element_size(const std::string& text) {

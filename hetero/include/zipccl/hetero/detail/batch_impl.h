@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <functional>
+#include <queue>
+#include <tuple>
 #include <string>
 
 namespace zipccl::hetero {
@@ -78,6 +81,58 @@ inline void check_boundary_fits(const Module& receiver, const BoundaryBatch& bat
   }
 }
 
+inline std::vector<int> assign_replicas(const std::vector<std::int64_t>& tokens, int dp,
+                                        const SampleAssignment& a, const std::string& who) {
+  const int n = static_cast<int>(tokens.size());
+  std::vector<int> replica(n);
+  if (a.rule == AssignmentRule::given) {
+    if (a.replica.size() != tokens.size()) {
+      throw BatchError(who + ": the sample->replica map has " + std::to_string(a.replica.size()) +
+                       " entries for " + std::to_string(n) + " samples");
+    }
+    for (int s = 0; s < n; ++s) {
+      if (a.replica[s] < 0 || a.replica[s] >= dp) {
+        throw BatchError(who + ": sample " + std::to_string(s) + " is mapped to replica " +
+                         std::to_string(a.replica[s]) + ", outside 0.." + std::to_string(dp - 1) + " (dp " +
+                         std::to_string(dp) + ")");
+      }
+    }
+    return a.replica;
+  }
+  if (a.rule == AssignmentRule::contiguous) {
+    for (int s = 0; s < n; ++s) replica[s] = sample_replica(n, dp, s);
+    return replica;
+  }
+  std::vector<int> order(n);
+  for (int s = 0; s < n; ++s) order[s] = s;
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return tokens[x] > tokens[y]; });
+  // Min-heap of (tokens, samples, replica): the least loaded replica on top, ties as documented.
+  using Slot = std::tuple<std::int64_t, int, int>;
+  std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> heap;
+  for (int d = 0; d < dp; ++d) heap.emplace(0, 0, d);
+  for (int s : order) {
+    auto [load, count, d] = heap.top();
+    heap.pop();
+    replica[s] = d;
+    heap.emplace(load + tokens[s], count + 1, d);
+  }
+  return replica;
+}
+
+inline ReplicaLoad replica_load(const std::vector<std::int64_t>& tokens, const std::vector<int>& replicas,
+                                int dp) {
+  ReplicaLoad load;
+  load.tokens.assign(dp, 0);
+  std::int64_t total = 0;
+  for (std::size_t s = 0; s < tokens.size(); ++s) {
+    load.tokens[replicas[s]] += tokens[s];
+    total += tokens[s];
+  }
+  for (std::int64_t t : load.tokens) load.max = std::max(load.max, t);
+  load.mean = static_cast<double>(total) / dp;
+  return load;
+}
+
 inline int stored_rows(const Module& m, std::int64_t n, int cp_rank, int tp_rank, RowRange out[2]) {
   RowRange chunks[2];
   int count = 0;
@@ -121,9 +176,10 @@ inline std::vector<BufferSegment> buffer_segments(const Module& m, const Boundar
   if (!m.contains(rank)) return segments;
   const Coords c = m.coords(rank);
   if (c.pp != m.boundary_stage()) return segments;
-  const SampleRange samples = replica_samples(batch.num_samples(), m.dp(), c.dp);
+  const std::vector<int> replica = module_replicas(m, batch);
   std::int64_t offset = 0;
-  for (int s = samples.begin; s < samples.end; ++s) {
+  for (int s = 0; s < batch.num_samples(); ++s) {
+    if (replica[s] != c.dp) continue;
     RowRange rows[2];
     const int k = stored_rows(m, batch.tokens[s], c.cp, c.tp, rows);
     for (int i = 0; i < k; ++i) {

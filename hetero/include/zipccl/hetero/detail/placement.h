@@ -19,7 +19,7 @@ struct Party {
   int cp = 0;
   int tp = -1;                             // -1: every tp rank of (replica, cp)
   RankList ranks;                          // ordered by tp coordinate
-  SampleRange samples;                     // the replica's samples
+  std::vector<int> samples;                // the replica's samples, ascending
   std::vector<int> first_range;            // per sample of the replica, +1 at the end: index into ranges
   std::vector<RowRange> ranges;            // rows kept, sample-major
   std::vector<std::int64_t> range_offset;  // byte offset of each range in a member's buffer
@@ -32,25 +32,24 @@ struct Placement {
   int parties_per_replica = 0;
   std::vector<Party> parties;      // index = (replica * cp + c) * (sp ? tp : 1) + (sp ? t : 0)
   std::vector<int> party_of_rank;  // per world rank; -1 outside the boundary stage
+  std::vector<int> replica_of;     // per sample: the replica that holds it
+  std::vector<int> slot;           // per sample: its position among its replica's samples
 
   int party_index(int replica, int cp, int tp) const {
     const int per_cp = module->sequence_parallel() ? module->tp() : 1;
     return (replica * module->cp() + cp) * per_cp + (module->sequence_parallel() ? tp : 0);
   }
   // The parties of the replica that holds sample s: [first, first + parties_per_replica).
-  int first_party_of_sample(int num_samples, int s) const {
-    return sample_replica(num_samples, module->dp(), s) * parties_per_replica;
-  }
-  const RowRange* ranges_begin(const Party& p, int s) const {
-    return p.ranges.data() + p.first_range[s - p.samples.begin];
-  }
+  int first_party_of_sample(int s) const { return replica_of[s] * parties_per_replica; }
+  // Sample s must belong to p's replica.
+  const RowRange* ranges_begin(const Party& p, int s) const { return p.ranges.data() + p.first_range[slot[s]]; }
   const RowRange* ranges_end(const Party& p, int s) const {
-    return p.ranges.data() + p.first_range[s - p.samples.begin + 1];
+    return p.ranges.data() + p.first_range[slot[s] + 1];
   }
   // Byte offset of row `row` of sample s in the buffer of any member of party p; the row must be kept.
   std::int64_t offset(int party, int s, std::int64_t row) const {
     const Party& p = parties[party];
-    for (int i = p.first_range[s - p.samples.begin]; i < p.first_range[s - p.samples.begin + 1]; ++i) {
+    for (int i = p.first_range[slot[s]]; i < p.first_range[slot[s] + 1]; ++i) {
       if (row >= p.ranges[i].begin && row < p.ranges[i].end) {
         return p.range_offset[i] + (row - p.ranges[i].begin) * row_bytes;
       }
@@ -68,9 +67,16 @@ inline Placement make_placement(const Module& m, const BoundaryBatch& batch, int
   pl.parties_per_replica = m.cp() * per_cp;
   pl.parties.resize(static_cast<std::size_t>(m.dp()) * pl.parties_per_replica);
   pl.party_of_rank.assign(world_size, -1);
+  pl.replica_of = module_replicas(m, batch);
+  pl.slot.resize(pl.replica_of.size());
+  std::vector<std::vector<int>> samples_of(m.dp());
+  for (int s = 0; s < batch.num_samples(); ++s) {
+    pl.slot[s] = static_cast<int>(samples_of[pl.replica_of[s]].size());
+    samples_of[pl.replica_of[s]].push_back(s);
+  }
   const int stage = m.boundary_stage();
   for (int d = 0; d < m.dp(); ++d) {
-    const SampleRange samples = replica_samples(batch.num_samples(), m.dp(), d);
+    const std::vector<int>& samples = samples_of[d];
     for (int c = 0; c < m.cp(); ++c) {
       for (int t = 0; t < per_cp; ++t) {
         const int index = pl.party_index(d, c, t);
@@ -89,7 +95,7 @@ inline Placement make_placement(const Module& m, const BoundaryBatch& batch, int
         p.ranges.reserve(samples.size());
         p.range_offset.reserve(samples.size());
         std::int64_t offset = 0;
-        for (int s = samples.begin; s < samples.end; ++s) {
+        for (int s : samples) {
           p.first_range.push_back(static_cast<int>(p.ranges.size()));
           RowRange rows[2];
           const int k = stored_rows(m, batch.tokens[s], c, sp ? t : 0, rows);

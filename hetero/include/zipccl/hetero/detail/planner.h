@@ -117,7 +117,6 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
   TransferBudget budget(layout, encoder, direction, options.max_transfers);
   const Placement ps = make_placement(layout.modules()[src_index], batch, world);
   const Placement pd = make_placement(layout.modules()[dst_index], batch, world);
-  const int num_samples = batch.num_samples();
   const std::int64_t row_bytes = batch.row_bytes();
 
   BoundaryPlan plan;
@@ -154,7 +153,7 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
   };
   // Calls f(source party, overlap) for each piece of `want` (rows of sample s) and the party holding it.
   auto for_each_holder = [&](int s, RowRange want, auto&& f) {
-    const int first = ps.first_party_of_sample(num_samples, s);
+    const int first = ps.first_party_of_sample(s);
     for (int q = first; q < first + ps.parties_per_replica; ++q) {
       for (const RowRange* r = ps.ranges_begin(ps.parties[q], s); r != ps.ranges_end(ps.parties[q], s); ++r) {
         const RowRange o{std::max(want.begin, r->begin), std::min(want.end, r->end)};
@@ -183,7 +182,7 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
     const int m = static_cast<int>(P.ranks.size());
     if (strategy == Strategy::direct || m == 1) {
       for (int r : P.ranks) {
-        for (int s = P.samples.begin; s < P.samples.end; ++s) {
+        for (int s : P.samples) {
           for (const RowRange* I = pd.ranges_begin(P, s); I != pd.ranges_end(P, s); ++I) {
             for_each_holder(s, *I, [&](int q, RowRange o) {
               if (ps.party_of_rank[r] == q) {
@@ -203,7 +202,7 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
     std::vector<std::int64_t> load(m, 0);
     std::vector<Pooled> pool;
     std::int64_t pooled_rows = 0;
-    for (int s = P.samples.begin; s < P.samples.end; ++s) {
+    for (int s : P.samples) {
       for (const RowRange* I = pd.ranges_begin(P, s); I != pd.ranges_end(P, s); ++I) {
         for_each_holder(s, *I, [&](int q, RowRange o) {
           int holders = 0;

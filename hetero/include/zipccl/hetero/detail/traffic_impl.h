@@ -59,14 +59,13 @@ inline LowerBounds lower_bounds(const Layout& layout, int encoder, const Boundar
   check_boundary_fits(layout.modules()[dst_index], batch);  // the sums below fit after this
   const detail::Placement ps = detail::make_placement(layout.modules()[src_index], batch, world);
   const detail::Placement pd = detail::make_placement(layout.modules()[dst_index], batch, world);
-  const int n = batch.num_samples();
   std::vector<std::int64_t> leave(ps.parties.size(), 0), per_receiver(ps.parties.size(), 0);
   LowerBounds lb;
   std::int64_t total_missing = 0;  // rows received by all ranks together
   for (const detail::Party& P : pd.parties) {
     std::vector<std::int64_t> missing(P.ranks.size(), 0);
-    for (int s = P.samples.begin; s < P.samples.end; ++s) {
-      const int first = ps.first_party_of_sample(n, s);
+    for (int s : P.samples) {
+      const int first = ps.first_party_of_sample(s);
       for (const RowRange* I = pd.ranges_begin(P, s); I != pd.ranges_end(P, s); ++I) {
         for (int q = first; q < first + ps.parties_per_replica; ++q) {
           for (const RowRange* r = ps.ranges_begin(ps.parties[q], s); r != ps.ranges_end(ps.parties[q], s);
@@ -117,10 +116,11 @@ inline TrafficSummary leader_broadcast_traffic(const Layout& layout, int encoder
   std::vector<RankList> dst_stage(dst.dp());
   for (int d = 0; d < dst.dp(); ++d) dst_stage[d] = boundary_stage_ranks(dst, d);
   std::vector<std::int64_t> ring_bytes(dst.dp(), 0);
+  const std::vector<int> dst_replica = module_replicas(dst, batch);
   for (int s = 0; s < n; ++s) {
     const std::int64_t bytes = batch.tokens[s] * batch.row_bytes();
     if (bytes == 0) continue;
-    const int sd = sample_replica(n, src.dp(), s);
+    const int sd = ps.replica_of[s];
     const int src_leader = src.rank(Coords{0, 0, sd, src.boundary_stage()});
     // Gather at the source leader what it does not hold.
     const int first = sd * ps.parties_per_replica;
@@ -133,14 +133,14 @@ inline TrafficSummary leader_broadcast_traffic(const Layout& layout, int encoder
       t.ranks[ps.parties[q].ranks[0]].sent += rows * batch.row_bytes();
       t.ranks[src_leader].received += rows * batch.row_bytes();
     }
-    const RankList& members = dst_stage[sample_replica(n, dst.dp(), s)];
+    const RankList& members = dst_stage[dst_replica[s]];
     const int dst_leader = members[0];
     if (dst_leader != src_leader) {
       t.ranks[src_leader].sent += bytes;
       t.ranks[dst_leader].received += bytes;
       if (!dst.contains(src_leader)) t.boundary_bytes += bytes;
     }
-    ring_bytes[sample_replica(n, dst.dp(), s)] += bytes;
+    ring_bytes[dst_replica[s]] += bytes;
   }
   // The ring costs each member the same per sample, so it is added per replica: O(samples + ranks).
   for (int d = 0; d < dst.dp(); ++d) {
