@@ -28,12 +28,15 @@
 //  - direct: one phase; each receiver takes each row straight from a holder. Where the receiving
 //    module replicates (tp without sequence parallelism), a row crosses the boundary once per
 //    replica member.
-//  - scatter_allgather: where the receiving module replicates, each row crosses the boundary once,
-//    to one member of the receiving party (rows are spread evenly over members); in phase 2 the
-//    members exchange rows rank to rank (an all-gather written as sends and receives). Same bytes
-//    received per rank; less sent per holder and across the boundary when receivers outnumber
-//    holders, at the price of a second phase. No leader, no broadcast. When holders outnumber
-//    receivers (e.g. a colocated tp-1 encoder feeding a tp-8 LLM) it can send more than direct.
+//  - scatter_allgather: where the receiving module replicates, each row enters the receiving party
+//    once, to one member that lacks it, and in phase 2 that member passes it on to the other members
+//    that lack it (an all-gather written as sends and receives). Rows some members already hold
+//    (colocated layouts) are copied by those and scattered to the others in pieces, so a holder
+//    inside the party sends its rows once, not once per member. Piece sizes level each member's
+//    sends, counting what it sends as a holder. Same bytes received per rank; less sent per holder
+//    and across the boundary when receivers outnumber holders, at the price of a second phase. No
+//    leader, no broadcast. When holders outnumber receivers (e.g. a colocated tp-1 encoder feeding a
+//    tp-8 LLM) it can send more than direct: each member relays about (m-1)/m of its party's rows.
 //  - automatic: plans both and keeps the one whose busiest rank sends less (ties: direct). The
 //    returned plan's strategy says which.
 //

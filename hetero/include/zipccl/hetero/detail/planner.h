@@ -8,9 +8,13 @@
 // each sends and needs no global optimisation. The stream lists one receiver's rows together, so
 // a piece touches few receivers and consecutive rows merge into few messages.
 //
-// scatter_allgather splits a replicated party's rows over its members first (members that already
-// hold rows keep them; the rest is water-filled so members end with equal shares), plans those
-// shares as above, then adds the member-to-member exchange as phase 2.
+// scatter_allgather, for a replicated party P of m members: every row P needs enters P once, to one
+// member, which passes it on to the members that lack it in phase 2. Rows no member holds are
+// water-filled over all members (each relays its share to the m-1 others). Rows that u < m members
+// already hold are copied locally by those and cut into m-u pieces, one per member lacking them,
+// sent by the holding party like any demand (so a holder inside P scatters, it does not send the
+// rows m-u times) and relayed to the other m-u-1 lacking members. The busiest member then sends
+// about what its party must let out, the relay-aware lower bound, instead of (m-u)/u times it.
 #pragma once
 
 #include <algorithm>
@@ -97,10 +101,274 @@ class TransferBudget {
   std::size_t used_ = 0;
 };
 
+// Builds one plan (direct or scatter_allgather); see the comment at the top for the scheme.
+class Planner {
+ public:
+  Planner(const Layout& layout, int encoder, const BoundaryBatch& batch, const PlanOptions& options,
+          Direction direction)
+      : strategy_(options.strategy),
+        budget_(layout, encoder, direction, options.max_transfers),
+        ps_(make_placement(layout.modules()[direction == Direction::forward ? 1 + encoder : 0], batch,
+                           layout.world_size())),
+        pd_(make_placement(layout.modules()[direction == Direction::forward ? 0 : 1 + encoder], batch,
+                           layout.world_size())),
+        row_bytes_(batch.row_bytes()),
+        demands_(ps_.parties.size()) {
+    plan_.direction = direction;
+    plan_.strategy = strategy_;
+    plan_.encoder = encoder;
+    plan_.world_size = layout.world_size();
+    plan_.source_module = direction == Direction::forward ? 1 + encoder : 0;
+    plan_.destination_module = direction == Direction::forward ? 0 : 1 + encoder;
+    plan_.row_bytes = row_bytes_;
+    plan_.source_bytes.assign(plan_.world_size, 0);
+    plan_.destination_bytes.assign(plan_.world_size, 0);
+    for (const Party& p : ps_.parties) {
+      for (int r : p.ranks) plan_.source_bytes[r] = p.buffer_bytes;
+    }
+    for (const Party& p : pd_.parties) {
+      for (int r : p.ranks) plan_.destination_bytes[r] = p.buffer_bytes;
+    }
+  }
+
+  BoundaryPlan run() {
+    if (strategy_ == Strategy::scatter_allgather) estimate_source_load();
+    for (int pi = 0; pi < static_cast<int>(pd_.parties.size()); ++pi) {
+      if (strategy_ == Strategy::direct || pd_.parties[pi].ranks.size() == 1) {
+        plan_direct(pd_.parties[pi]);
+      } else {
+        plan_relayed(pi);
+      }
+    }
+    cut_demands();
+    plan_.phases.push_back(std::move(phase0_));
+    if (strategy_ == Strategy::scatter_allgather) plan_.phases.push_back(std::move(phase1_));
+    return std::move(plan_);
+  }
+
+ private:
+  struct Share {  // rows a member of a replicated party passes on in phase 2
+    int holder_party;
+    int sample;
+    RowRange rows;
+  };
+  struct Pooled {  // rows no member of the party holds
+    int party;
+    int sample;
+    RowRange rows;
+  };
+
+  Transfer make_transfer(int src, int dst, int s, RowRange rows, BufferKind from, std::int64_t src_offset) const {
+    Transfer t;
+    t.src = src;
+    t.dst = dst;
+    t.sample = s;
+    t.rows = rows;
+    t.src_buffer = from;
+    t.src_offset = src_offset;
+    t.dst_offset = pd_.offset(pd_.party_of_rank[dst], s, rows.begin);
+    t.bytes = rows.size() * row_bytes_;
+    return t;
+  }
+  // Calls f(source party, overlap) for each piece of `want` (rows of sample s) and the party holding it.
+  template <class F>
+  void for_each_holder(int s, RowRange want, F&& f) const {
+    const int first = ps_.first_party_of_sample(s);
+    for (int q = first; q < first + ps_.parties_per_replica; ++q) {
+      for (const RowRange* r = ps_.ranges_begin(ps_.parties[q], s); r != ps_.ranges_end(ps_.parties[q], s); ++r) {
+        const RowRange o{std::max(want.begin, r->begin), std::min(want.end, r->end)};
+        if (o.begin < o.end) f(q, o);
+      }
+    }
+  }
+  void local_copy(int rank, int q, int s, RowRange o) {
+    budget_.take(1);
+    phase0_.push_back(make_transfer(rank, rank, s, o, BufferKind::source, ps_.offset(q, s, o.begin)));
+  }
+  void demand(int q, int receiver, int s, RowRange rows) {
+    budget_.take(1);
+    demands_[q].push_back(Demand{receiver, s, rows});
+  }
+
+  void plan_direct(const Party& P) {
+    for (int r : P.ranks) {
+      for (int s : P.samples) {
+        for (const RowRange* I = pd_.ranges_begin(P, s); I != pd_.ranges_end(P, s); ++I) {
+          for_each_holder(s, *I, [&](int q, RowRange o) {
+            if (ps_.party_of_rank[r] == q) {
+              local_copy(r, q, s, o);
+            } else {
+              demand(q, r, s, o);
+            }
+          });
+        }
+      }
+    }
+  }
+
+  // Rows each rank will send from its source buffer in phase 0. They do not depend on which member
+  // of a relayed party receives a row, so they are known before the relays are placed, which then
+  // avoid members that are busy sending as holders.
+  void estimate_source_load() {
+    std::vector<std::int64_t> rows(ps_.parties.size(), 0);
+    for (const Party& P : pd_.parties) {
+      const bool relayed = P.ranks.size() > 1;
+      for (int s : P.samples) {
+        for (const RowRange* I = pd_.ranges_begin(P, s); I != pd_.ranges_end(P, s); ++I) {
+          for_each_holder(s, *I, [&](int q, RowRange o) {
+            std::int64_t lacking = 0;
+            for (int r : P.ranks) lacking += ps_.party_of_rank[r] != q;
+            rows[q] += relayed ? (lacking > 0 ? o.size() : 0) : o.size() * lacking;
+          });
+        }
+      }
+    }
+    source_load_.assign(plan_.world_size, 0);
+    for (std::size_t q = 0; q < rows.size(); ++q) {
+      const std::int64_t k = static_cast<std::int64_t>(ps_.parties[q].ranks.size());
+      for (int r : ps_.parties[q].ranks) source_load_[r] += rows[q] / k + (rows[q] % k != 0);
+    }
+  }
+
+  void plan_relayed(int pi) {
+    const Party& P = pd_.parties[pi];
+    const int m = static_cast<int>(P.ranks.size());
+    std::vector<std::vector<Share>> shares(m);
+    std::vector<std::int64_t> sends(m, 0);  // rows each member will send in phase 2
+    std::vector<Pooled> pool;
+    std::int64_t pooled_rows = 0;
+    std::vector<int> lacking;
+    for (int s : P.samples) {
+      for (const RowRange* I = pd_.ranges_begin(P, s); I != pd_.ranges_end(P, s); ++I) {
+        for_each_holder(s, *I, [&](int q, RowRange o) {
+          lacking.clear();
+          for (int j = 0; j < m; ++j) {
+            if (ps_.party_of_rank[P.ranks[j]] == q) {
+              local_copy(P.ranks[j], q, s, o);
+            } else {
+              lacking.push_back(j);
+            }
+          }
+          const int u = static_cast<int>(lacking.size());
+          if (u == m) {
+            pool.push_back(Pooled{q, s, o});
+            pooled_rows += o.size();
+            return;
+          }
+          if (u == 0) return;  // every member copied the rows
+          // Pieces sized so the lacking members' sends (relays so far plus their own phase-0
+          // sends as holders) level out; each piece costs its member u-1 relays.
+          std::vector<std::int64_t> level(u);
+          for (int i = 0; i < u; ++i) {
+            const int r = P.ranks[lacking[i]];
+            level[i] = u > 1 ? (sends[lacking[i]] + source_load_[r]) / (u - 1) : 0;
+          }
+          const std::vector<std::int64_t> caps = water_fill(level, o.size());
+          std::int64_t begin = o.begin;
+          for (int i = 0; i < u; ++i) {
+            const RowRange piece{begin, begin + caps[i]};
+            begin = piece.end;
+            if (piece.size() == 0) continue;
+            const int j = lacking[i];
+            demand(q, P.ranks[j], s, piece);
+            if (u > 1) shares[j].push_back(Share{q, s, piece});
+            sends[j] += piece.size() * (u - 1);
+          }
+        });
+      }
+    }
+    // A pooled row costs its relay m-1 sends: fill in those units so totals level out.
+    std::vector<std::int64_t> level(m);
+    for (int j = 0; j < m; ++j) level[j] = (sends[j] + source_load_[P.ranks[j]]) / (m - 1);
+    const std::vector<std::int64_t> caps = water_fill(level, pooled_rows);
+    int j = 0;
+    std::int64_t room = caps.empty() ? 0 : caps[0];
+    for (const Pooled& item : pool) {
+      RowRange rest = item.rows;
+      while (rest.size() > 0) {
+        while (room == 0) room = caps[++j];
+        const RowRange piece{rest.begin, rest.begin + std::min(room, rest.size())};
+        demand(item.party, P.ranks[j], item.sample, piece);
+        shares[j].push_back(Share{item.party, item.sample, piece});
+        room -= piece.size();
+        rest.begin = piece.end;
+      }
+    }
+    relay(pi, shares);
+  }
+
+  // Phase 2: each member passes its shares on to every other member that lacks them.
+  void relay(int pi, std::vector<std::vector<Share>>& shares) {
+    const Party& P = pd_.parties[pi];
+    const int m = static_cast<int>(P.ranks.size());
+    for (int a = 0; a < m; ++a) {
+      if (shares[a].empty()) continue;  // keeps this loop O(transfers), not O(m^2)
+      std::sort(shares[a].begin(), shares[a].end(), [](const Share& x, const Share& y) {
+        return x.sample != y.sample ? x.sample < y.sample : x.rows.begin < y.rows.begin;
+      });
+      for (int b = 0; b < m; ++b) {
+        if (b == a) continue;
+        for (const Share& sh : shares[a]) {
+          if (ps_.party_of_rank[P.ranks[b]] == sh.holder_party) continue;  // b copied these itself
+          budget_.take(1);
+          phase1_.push_back(make_transfer(P.ranks[a], P.ranks[b], sh.sample, sh.rows, BufferKind::destination,
+                                          pd_.offset(pi, sh.sample, sh.rows.begin)));
+        }
+      }
+    }
+  }
+
+  // Cut each source party's demand stream into equal consecutive pieces, one per member.
+  void cut_demands() {
+    std::size_t cut_transfers = 0, cut_extra = 0;  // a cut adds at most members - 1 to a stream
+    for (std::size_t q = 0; q < demands_.size(); ++q) {
+      if (demands_[q].empty()) continue;
+      cut_transfers += demands_[q].size() + ps_.parties[q].ranks.size() - 1;
+      cut_extra += ps_.parties[q].ranks.size() - 1;
+    }
+    budget_.take(cut_extra);  // the demands themselves were counted as they were made
+    phase0_.reserve(phase0_.size() + cut_transfers);
+    for (int q = 0; q < static_cast<int>(ps_.parties.size()); ++q) {
+      const std::vector<Demand>& stream = demands_[q];
+      if (stream.empty()) continue;
+      const Party& Q = ps_.parties[q];
+      const std::int64_t k = static_cast<std::int64_t>(Q.ranks.size());
+      std::int64_t total = 0;
+      for (const Demand& d : stream) total += d.rows.size();
+      std::size_t item = 0;
+      std::int64_t used = 0;  // rows of stream[item] already sent
+      for (std::int64_t h = 0; h < k; ++h) {
+        std::int64_t quota = split_point(total, h + 1, k) - split_point(total, h, k);
+        while (quota > 0) {
+          const Demand& d = stream[item];
+          const std::int64_t take = std::min(quota, d.rows.size() - used);
+          const RowRange rows{d.rows.begin + used, d.rows.begin + used + take};
+          phase0_.push_back(make_transfer(Q.ranks[h], d.receiver, d.sample, rows, BufferKind::source,
+                                          ps_.offset(q, d.sample, rows.begin)));
+          quota -= take;
+          used += take;
+          if (used == d.rows.size()) {
+            ++item;
+            used = 0;
+          }
+        }
+      }
+    }
+  }
+
+  Strategy strategy_;
+  TransferBudget budget_;
+  Placement ps_, pd_;
+  std::int64_t row_bytes_;
+  BoundaryPlan plan_;
+  std::vector<std::vector<Demand>> demands_;  // per source party
+  std::vector<std::int64_t> source_load_;      // per world rank (scatter_allgather)
+  std::vector<Transfer> phase0_, phase1_;
+};
+
 inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryBatch& batch,
                               const PlanOptions& options, Direction direction) {
-  const Strategy strategy = options.strategy;
-  if (strategy == Strategy::automatic) {
+  if (options.strategy == Strategy::automatic) {
     PlanOptions one = options;
     one.strategy = Strategy::direct;
     BoundaryPlan direct = make_plan(layout, encoder, batch, one, direction);
@@ -110,195 +378,8 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
   }
   validate_batch(batch);
   layout.encoder(encoder);  // throws for a bad index
-  const int world = layout.world_size();
-  const int src_index = direction == Direction::forward ? 1 + encoder : 0;
-  const int dst_index = direction == Direction::forward ? 0 : 1 + encoder;
-  check_boundary_fits(layout.modules()[dst_index], batch);
-  TransferBudget budget(layout, encoder, direction, options.max_transfers);
-  const Placement ps = make_placement(layout.modules()[src_index], batch, world);
-  const Placement pd = make_placement(layout.modules()[dst_index], batch, world);
-  const std::int64_t row_bytes = batch.row_bytes();
-
-  BoundaryPlan plan;
-  plan.direction = direction;
-  plan.strategy = strategy;
-  plan.encoder = encoder;
-  plan.world_size = world;
-  plan.source_module = src_index;
-  plan.destination_module = dst_index;
-  plan.row_bytes = row_bytes;
-  plan.source_bytes.assign(world, 0);
-  plan.destination_bytes.assign(world, 0);
-  for (const Party& p : ps.parties) {
-    for (int r : p.ranks) plan.source_bytes[r] = p.buffer_bytes;
-  }
-  for (const Party& p : pd.parties) {
-    for (int r : p.ranks) plan.destination_bytes[r] = p.buffer_bytes;
-  }
-
-  std::vector<std::vector<Demand>> demands(ps.parties.size());
-  std::vector<Transfer> phase0, phase1;
-
-  auto make_transfer = [&](int src, int dst, int s, RowRange rows, BufferKind from, std::int64_t src_offset) {
-    Transfer t;
-    t.src = src;
-    t.dst = dst;
-    t.sample = s;
-    t.rows = rows;
-    t.src_buffer = from;
-    t.src_offset = src_offset;
-    t.dst_offset = pd.offset(pd.party_of_rank[dst], s, rows.begin);
-    t.bytes = rows.size() * row_bytes;
-    return t;
-  };
-  // Calls f(source party, overlap) for each piece of `want` (rows of sample s) and the party holding it.
-  auto for_each_holder = [&](int s, RowRange want, auto&& f) {
-    const int first = ps.first_party_of_sample(s);
-    for (int q = first; q < first + ps.parties_per_replica; ++q) {
-      for (const RowRange* r = ps.ranges_begin(ps.parties[q], s); r != ps.ranges_end(ps.parties[q], s); ++r) {
-        const RowRange o{std::max(want.begin, r->begin), std::min(want.end, r->end)};
-        if (o.begin < o.end) f(q, o);
-      }
-    }
-  };
-  auto local_copy = [&](int rank, int q, int s, RowRange o) {
-    budget.take(1);
-    phase0.push_back(make_transfer(rank, rank, s, o, BufferKind::source, ps.offset(q, s, o.begin)));
-  };
-
-  struct Share {  // rows a member of a replicated party passes on in phase 2
-    int holder_party;
-    int sample;
-    RowRange rows;
-  };
-  struct Pooled {
-    int party;
-    int sample;
-    RowRange rows;
-  };
-
-  for (int pi = 0; pi < static_cast<int>(pd.parties.size()); ++pi) {
-    const Party& P = pd.parties[pi];
-    const int m = static_cast<int>(P.ranks.size());
-    if (strategy == Strategy::direct || m == 1) {
-      for (int r : P.ranks) {
-        for (int s : P.samples) {
-          for (const RowRange* I = pd.ranges_begin(P, s); I != pd.ranges_end(P, s); ++I) {
-            for_each_holder(s, *I, [&](int q, RowRange o) {
-              if (ps.party_of_rank[r] == q) {
-                local_copy(r, q, s, o);
-              } else {
-                budget.take(1);
-                demands[q].push_back(Demand{r, s, o});
-              }
-            });
-          }
-        }
-      }
-      continue;
-    }
-
-    std::vector<std::vector<Share>> shares(m);
-    std::vector<std::int64_t> load(m, 0);
-    std::vector<Pooled> pool;
-    std::int64_t pooled_rows = 0;
-    for (int s : P.samples) {
-      for (const RowRange* I = pd.ranges_begin(P, s); I != pd.ranges_end(P, s); ++I) {
-        for_each_holder(s, *I, [&](int q, RowRange o) {
-          int holders = 0;
-          for (int j = 0; j < m; ++j) holders += ps.party_of_rank[P.ranks[j]] == q;
-          if (holders == 0) {
-            pool.push_back(Pooled{q, s, o});
-            pooled_rows += o.size();
-            return;
-          }
-          // Members holding the rows copy them; they split passing them on to the others.
-          int k = 0;
-          for (int j = 0; j < m; ++j) {
-            if (ps.party_of_rank[P.ranks[j]] != q) continue;
-            local_copy(P.ranks[j], q, s, o);
-            const RowRange piece{o.begin + split_point(o.size(), k, holders),
-                                 o.begin + split_point(o.size(), k + 1, holders)};
-            ++k;
-            if (piece.size() > 0 && holders < m) {
-              shares[j].push_back(Share{q, s, piece});
-              load[j] += piece.size();
-            }
-          }
-        });
-      }
-    }
-    const std::vector<std::int64_t> caps = water_fill(load, pooled_rows);
-    int j = 0;
-    std::int64_t room = caps.empty() ? 0 : caps[0];
-    for (const Pooled& item : pool) {
-      RowRange rest = item.rows;
-      while (rest.size() > 0) {
-        while (room == 0) room = caps[++j];
-        const RowRange piece{rest.begin, rest.begin + std::min(room, rest.size())};
-        budget.take(1);
-        demands[item.party].push_back(Demand{P.ranks[j], item.sample, piece});
-        shares[j].push_back(Share{item.party, item.sample, piece});
-        room -= piece.size();
-        rest.begin = piece.end;
-      }
-    }
-    for (int a = 0; a < m; ++a) {
-      if (shares[a].empty()) continue;  // keeps this loop O(transfers), not O(m^2)
-      std::sort(shares[a].begin(), shares[a].end(), [](const Share& x, const Share& y) {
-        return x.sample != y.sample ? x.sample < y.sample : x.rows.begin < y.rows.begin;
-      });
-      for (int b = 0; b < m; ++b) {
-        if (b == a) continue;
-        for (const Share& sh : shares[a]) {
-          if (ps.party_of_rank[P.ranks[b]] == sh.holder_party) continue;  // b copied these itself
-          budget.take(1);
-          phase1.push_back(make_transfer(P.ranks[a], P.ranks[b], sh.sample, sh.rows, BufferKind::destination,
-                                         pd.offset(pi, sh.sample, sh.rows.begin)));
-        }
-      }
-    }
-  }
-
-  // Cut each source party's demand stream into equal consecutive pieces, one per member.
-  std::size_t cut_transfers = 0, cut_extra = 0;  // a cut adds at most members - 1 to a stream
-  for (std::size_t q = 0; q < demands.size(); ++q) {
-    if (demands[q].empty()) continue;
-    cut_transfers += demands[q].size() + ps.parties[q].ranks.size() - 1;
-    cut_extra += ps.parties[q].ranks.size() - 1;
-  }
-  budget.take(cut_extra);  // the demands themselves were counted as they were made
-  phase0.reserve(phase0.size() + cut_transfers);
-  for (int q = 0; q < static_cast<int>(ps.parties.size()); ++q) {
-    const std::vector<Demand>& stream = demands[q];
-    if (stream.empty()) continue;
-    const Party& Q = ps.parties[q];
-    const std::int64_t k = static_cast<std::int64_t>(Q.ranks.size());
-    std::int64_t total = 0;
-    for (const Demand& d : stream) total += d.rows.size();
-    std::size_t item = 0;
-    std::int64_t used = 0;  // rows of stream[item] already sent
-    for (std::int64_t h = 0; h < k; ++h) {
-      std::int64_t quota = split_point(total, h + 1, k) - split_point(total, h, k);
-      while (quota > 0) {
-        const Demand& d = stream[item];
-        const std::int64_t take = std::min(quota, d.rows.size() - used);
-        const RowRange rows{d.rows.begin + used, d.rows.begin + used + take};
-        phase0.push_back(make_transfer(Q.ranks[h], d.receiver, d.sample, rows, BufferKind::source,
-                                       ps.offset(q, d.sample, rows.begin)));
-        quota -= take;
-        used += take;
-        if (used == d.rows.size()) {
-          ++item;
-          used = 0;
-        }
-      }
-    }
-  }
-
-  plan.phases.push_back(std::move(phase0));
-  if (strategy == Strategy::scatter_allgather) plan.phases.push_back(std::move(phase1));
-  return plan;
+  check_boundary_fits(direction == Direction::forward ? layout.llm() : layout.encoder(encoder), batch);
+  return Planner(layout, encoder, batch, options, direction).run();
 }
 
 }  // namespace detail
