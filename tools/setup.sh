@@ -20,6 +20,14 @@ if ((${#missing[@]})); then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# Zig links the plugin and the tool against glibc 2.28's symbols, so that they load on older
+# clusters than this machine (tools/cmake/glibc_baseline.cmake); without it they need this glibc.
+if ! command -v zig >/dev/null && ! python3 -m ziglang version >/dev/null 2>&1; then
+  echo "zipccl setup: installing ziglang (PyPI)"
+  python3 -m pip install -q ziglang==0.17.1 ||
+    echo "zipccl setup: could not install ziglang; the binaries will need this machine's glibc" >&2
+fi
+
 # CUDA is optional: nvcc is used when found (compiles here, runs on a GPU machine).
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 JOBS=${JOBS:-$(nproc)}
