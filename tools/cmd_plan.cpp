@@ -534,6 +534,61 @@ void write_buffers(Json& j, const Options& o, const std::vector<BoundaryReport>&
   j.close(']');
 }
 
+// One plan object of a boundary: its figures, per-rank traffic (unless --summary), transfers.
+void write_plan(Json& j, const Options& o, const Layout& layout, const BoundaryReport& r) {
+  j.open('{');
+  j.field("strategy", strategy_name(r.strategy));
+  j.field("chosen", strategy_name(r.plan.strategy));
+  j.field("phases", static_cast<std::int64_t>(r.plan.phases.size()));
+  j.field("transfer_count", static_cast<std::int64_t>(r.plan.num_transfers()));
+  j.field("messages", static_cast<std::int64_t>(r.messages));
+  j.field("plan_seconds", r.plan_seconds);
+  j.field("max_sent", r.traffic.max_sent);
+  j.field("max_received", r.traffic.max_received);
+  j.field("network_bytes", r.traffic.network_bytes);
+  j.field("into_receiver_bytes", r.traffic.boundary_bytes);
+  j.field("copied_bytes", r.traffic.copied_bytes);
+  if (!o.summary) {
+    j.key("ranks");
+    j.open('[');
+    for (int rank = 0; rank < layout.world_size(); ++rank) {
+      const RankTraffic& t = r.traffic.ranks[rank];
+      if (t.sent == 0 && t.received == 0 && t.copied == 0) continue;
+      j.open('{');
+      j.field("rank", rank);
+      j.field("sent", t.sent);
+      j.field("received", t.received);
+      j.field("copied", t.copied);
+      j.field("send_peers", t.send_peers);
+      j.field("recv_peers", t.recv_peers);
+      j.close('}');
+    }
+    j.close(']');
+  }
+  if (o.transfers) {
+    j.key("transfers");
+    j.open('[');
+    for (std::size_t p = 0; p < r.plan.phases.size(); ++p) {
+      for (const Transfer& x : r.plan.phases[p]) {
+        j.open('{');
+        j.field("phase", static_cast<std::int64_t>(p));
+        j.field("src", x.src);
+        j.field("dst", x.dst);
+        j.field("sample", x.sample);
+        j.field("token_begin", x.rows.begin);
+        j.field("token_end", x.rows.end);
+        j.field("src_buffer", x.src_buffer == BufferKind::source ? "source" : "destination");
+        j.field("src_offset", x.src_offset);
+        j.field("dst_offset", x.dst_offset);
+        j.field("bytes", x.bytes);
+        j.close('}');
+      }
+    }
+    j.close(']');
+  }
+  j.close('}');
+}
+
 void print_json(const Options& o, const Layout& layout, const BoundaryBatch& batch,
                 const std::vector<GroupFamily>& families, const std::vector<BoundaryReport>& reports,
                 const std::vector<DirectionRefs>& refs, double total_seconds) {
@@ -614,58 +669,7 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
     j.key("plans");
     j.open('[');
     for (const BoundaryReport& r : reports) {
-      if (r.encoder != ref.encoder || r.direction != ref.direction) continue;
-      j.open('{');
-      j.field("strategy", strategy_name(r.strategy));
-      j.field("chosen", strategy_name(r.plan.strategy));
-      j.field("phases", static_cast<std::int64_t>(r.plan.phases.size()));
-      j.field("transfer_count", static_cast<std::int64_t>(r.plan.num_transfers()));
-      j.field("messages", static_cast<std::int64_t>(r.messages));
-      j.field("plan_seconds", r.plan_seconds);
-      j.field("max_sent", r.traffic.max_sent);
-      j.field("max_received", r.traffic.max_received);
-      j.field("network_bytes", r.traffic.network_bytes);
-      j.field("into_receiver_bytes", r.traffic.boundary_bytes);
-      j.field("copied_bytes", r.traffic.copied_bytes);
-      if (!o.summary) {
-        j.key("ranks");
-        j.open('[');
-        for (int rank = 0; rank < layout.world_size(); ++rank) {
-          const RankTraffic& t = r.traffic.ranks[rank];
-          if (t.sent == 0 && t.received == 0 && t.copied == 0) continue;
-          j.open('{');
-          j.field("rank", rank);
-          j.field("sent", t.sent);
-          j.field("received", t.received);
-          j.field("copied", t.copied);
-          j.field("send_peers", t.send_peers);
-          j.field("recv_peers", t.recv_peers);
-          j.close('}');
-        }
-        j.close(']');
-      }
-      if (o.transfers) {
-        j.key("transfers");
-        j.open('[');
-        for (std::size_t p = 0; p < r.plan.phases.size(); ++p) {
-          for (const Transfer& x : r.plan.phases[p]) {
-            j.open('{');
-            j.field("phase", static_cast<std::int64_t>(p));
-            j.field("src", x.src);
-            j.field("dst", x.dst);
-            j.field("sample", x.sample);
-            j.field("token_begin", x.rows.begin);
-            j.field("token_end", x.rows.end);
-            j.field("src_buffer", x.src_buffer == BufferKind::source ? "source" : "destination");
-            j.field("src_offset", x.src_offset);
-            j.field("dst_offset", x.dst_offset);
-            j.field("bytes", x.bytes);
-            j.close('}');
-          }
-        }
-        j.close(']');
-      }
-      j.close('}');
+      if (r.encoder == ref.encoder && r.direction == ref.direction) write_plan(j, o, layout, r);
     }
     j.close(']');
     j.close('}');
