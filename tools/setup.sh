@@ -24,7 +24,10 @@ fi
 # clusters than this machine (tools/cmake/glibc_baseline.cmake); without it they need this glibc.
 if ! command -v zig >/dev/null && ! python3 -m ziglang version >/dev/null 2>&1; then
   echo "zipccl setup: installing ziglang (PyPI)"
-  python3 -m pip install -q ziglang==0.17.1 ||
+  # A distribution's own Python refuses pip installs (PEP 668); ziglang is one self-contained binary
+  # wheel with no dependencies, so installing it past that guard touches nothing of the system's.
+  python3 -m pip install -q ziglang==0.17.1 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages ziglang==0.17.1 ||
     echo "zipccl setup: could not install ziglang; the binaries will need this machine's glibc" >&2
 fi
 

@@ -67,6 +67,9 @@ count_passed tools/arm64_check.sh
 stage "x86-64 CPUs without AVX-512 / AVX2 (the Release build under qemu-x86_64 -cpu Nehalem, Haswell)"
 count_passed tools/qemu_check.sh build
 
+stage "old userland (Debian bullseye, glibc 2.31): tool round trip, plugin through doctor and perf, .deb install"
+count_passed tools/oldlibc_check.sh build
+
 stage "fuzz the frame decoder (libFuzzer, ${ZIPCCL_FUZZ_SECONDS:-60} s)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_FUZZ=ON \
   -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF \
