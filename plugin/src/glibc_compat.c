@@ -15,6 +15,7 @@
 #include <sys/auxv.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ZIPCCL_HIDDEN __attribute__((visibility("hidden")))
@@ -25,9 +26,22 @@
 ZIPCCL_HIDDEN char __libc_single_threaded = 0;
 
 /* std::random_device uses arc4random when the CPU has no RDSEED/RDRAND. Like glibc 2.36's, it reads
- * the kernel's CSPRNG through getrandom (glibc 2.25, Linux 3.17), falls back to /dev/urandom where
- * the kernel lacks the call, and never returns without randomness: glibc ends the process in that
- * case, and so do we, since a caller of arc4random has no way to learn of a failure. */
+ * the kernel's CSPRNG through getrandom (glibc 2.25, Linux 3.17) and falls back to /dev/urandom where
+ * the kernel lacks the call. Where neither can be had (a sandbox denying both), glibc ends the
+ * process; a plugin must never end a training job, and its callers (connection nonces, queue-pair
+ * sequence numbers, a socket RNG's seed) need values that differ, not secrets, so the last resort is
+ * a mix of the clock, the process and a counter. */
+static uint32_t last_resort(void) {
+  static uint64_t counter;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t z = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  z ^= ((uint64_t)getpid() << 32) ^ __atomic_add_fetch(&counter, 0x9E3779B97F4A7C15ull, __ATOMIC_RELAXED);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; /* splitmix64's finaliser */
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (uint32_t)(z ^ (z >> 31));
+}
+
 static int fill_from_urandom(void *buf, size_t len) {
   int fd;
   do {
@@ -62,7 +76,10 @@ ZIPCCL_HIDDEN uint32_t arc4random(void) {
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else {
-      if (fill_from_urandom(p, left) != 0) abort();
+      if (fill_from_urandom(p, left) != 0) {
+        const uint32_t v = last_resort();
+        for (size_t i = 0; i < left; ++i) p[i] = (unsigned char)(v >> (8 * (i % 4)));
+      }
       left = 0;
     }
   }
