@@ -30,11 +30,15 @@
 // it wrong: it passes the forward plan and the backward plan by role, and a plan in the wrong role
 // is an error. What remains to the caller: every rank builds the step from the same two plans
 // (same micro-batches, same batches, same strategies) and runs the steps in the same order.
-// Breaking rule 3 deadlocks or corrupts only where one pair of ranks carries both plans in the
-// same direction (overlapping encoder and LLM ranks, e.g. colocated layouts); elsewhere forward
-// and backward messages travel in opposite directions. NCCL cannot see the mistake (a mismatch of
-// equal sizes swaps data silently); the CPU executor tags each message with its plan and reports
-// any disagreement as ExecutionError.
+// Breaking rule 3 matters only where one pair of ranks carries both plans in the same direction
+// in one wave (overlapping encoder and LLM ranks, e.g. colocated layouts); elsewhere forward and
+// backward messages travel in opposite directions. There NCCL cannot see the mistake: messages of
+// equal size are swapped silently, others corrupt data or hang. The CPU executor tags each message
+// with its plan and reports any disagreement as ExecutionError.
+//
+// Data readiness is the caller's: when a step is enqueued, both sources (the forward micro-batch's
+// encoder output, the backward one's LLM input gradient) must be complete on the stream, which the
+// 1F1B order below guarantees for separate stages.
 //
 // Buffers: each plan has its own source and destination buffer per rank (StepBuffers); the four
 // must not overlap, since one wave reads and writes all of them at once.

@@ -65,7 +65,7 @@ inline void run_step_schedules_cpu(const std::vector<RankStepSchedule>& all, con
   for (int r = 0; r < world; ++r) {
     for (const StepPart& part : all[r].parts) {
       check_plan_buffers(part.schedule, buffers[r].of(part.direction),
-                         one_plan ? std::string("the plan") : step_part_name(part.direction));
+                         one_plan ? "the plan" : step_part_name(part.direction));
     }
     if (!all[r].empty()) active.push_back(r);
     waves = std::max(waves, all[r].waves());

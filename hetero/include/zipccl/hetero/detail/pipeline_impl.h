@@ -99,20 +99,22 @@ inline std::vector<const BoundaryPlan*> step_plans(const BoundaryPlan* forward, 
   return plans;
 }
 
-// Throws ExecutionError naming `plan_name` when a buffer is shorter than the schedule needs.
-inline void check_plan_buffers(const RankSchedule& schedule, const PlanBuffers& b, const std::string& plan_name) {
+// Throws ExecutionError naming `plan_name` when a buffer is shorter than the schedule needs
+// (allocates only to throw: executors check on every run).
+inline void check_plan_buffers(const RankSchedule& schedule, const PlanBuffers& b, const char* plan_name) {
   auto check = [&](const char* what, const void* p, std::size_t size, std::int64_t need) {
     if (static_cast<std::int64_t>(size) < need || (need > 0 && p == nullptr)) {
       throw ExecutionError("rank " + std::to_string(schedule.rank) + ": " + what + " buffer of " +
-                           std::to_string(size) + " bytes, " + plan_name + " needs " + std::to_string(need));
+                           std::to_string(size) + " bytes, " + std::string(plan_name) + " needs " +
+                           std::to_string(need));
     }
   };
   check("source", b.source, b.source_size, schedule.source_bytes);
   check("destination", b.destination, b.destination_size, schedule.destination_bytes);
 }
 
-inline std::string step_part_name(Direction d) {
-  return std::string("the ") + direction_name(d) + " plan";
+inline const char* step_part_name(Direction d) {
+  return d == Direction::forward ? "the forward plan" : "the backward plan";
 }
 
 }  // namespace detail
