@@ -26,7 +26,7 @@ std::vector<std::pair<int, int>> megatron_boundary_calls(int pp, int stage, int 
   const int warmup = std::min(pp - stage - 1, m), remaining = m - warmup;
   int f = 0, b = 0;
   for (int i = 0; i < warmup; ++i, ++f) calls.push_back({f, -1});  // send_forward / recv_forward
-  if (remaining > 0 && !next) calls.push_back({f, -1});  // recv_forward before the steady state
+  if (remaining > 0 && !next) calls.push_back({f, -1});            // recv_forward before the steady state
   for (int i = 0; i < remaining; ++i) {
     const bool last = i == remaining - 1;
     if (next) calls.push_back({f, b});  // send_forward_recv_backward: forward f out, gradient b in
@@ -53,15 +53,16 @@ TEST(Boundary1F1B, SeparateStagesMatchMegatronOnBothSides) {
         const auto ticks = boundary_1f1b(m, llm_stages);
         const auto encoder_side = megatron_boundary_calls(pp, enc_stages - 1, m, true);
         const auto llm_side = megatron_boundary_calls(pp, enc_stages, m, false);
-        ASSERT_EQ(pairs_of(ticks), encoder_side) << "llm stages " << llm_stages << ", " << m << " micro-batches";
+        ASSERT_EQ(pairs_of(ticks), encoder_side)
+            << "llm stages " << llm_stages << ", " << m << " micro-batches";
         ASSERT_EQ(pairs_of(ticks), llm_side) << "llm stages " << llm_stages << ", " << m << " micro-batches";
         const int k = std::min(llm_stages, m);
         ASSERT_EQ(ticks.size(), static_cast<std::size_t>(m + k));
         for (std::size_t t = 0; t < ticks.size(); ++t) {
           const BoundaryTick& tick = ticks[t];
-          EXPECT_EQ(tick.stage, static_cast<int>(t) < k       ? TickStage::warmup
-                                : static_cast<int>(t) < m     ? TickStage::steady
-                                                              : TickStage::cooldown);
+          EXPECT_EQ(tick.stage, static_cast<int>(t) < k   ? TickStage::warmup
+                                : static_cast<int>(t) < m ? TickStage::steady
+                                                          : TickStage::cooldown);
           if (tick.forward >= 0 && tick.backward >= 0) {
             EXPECT_EQ(tick.forward - tick.backward, k);  // the lag of the steady state
           }
@@ -124,7 +125,8 @@ TEST(Boundary1F1B, BadArguments) {
     boundary_1f1b(kMaxSamples + 1, 2);
     ADD_FAILURE();
   } catch (const LimitError& e) {
-    EXPECT_NE(std::string(e.what()).find("1048577 micro-batches is above the limit of 1048576"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("1048577 micro-batches is above the limit of 1048576"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_TRUE(boundary_1f1b(0, 3).empty());
@@ -140,25 +142,30 @@ LayoutSpec two_modules(int world, ModuleSpec llm, ModuleSpec enc) {
 
 TEST(Boundary1F1B, StagesOfALayout) {
   // Fan-in: encoder on ranks 0-3, LLM (pp 2) on 4-11.
-  const Layout separate(two_modules(12, {"llm", 2, 1, 2, 0, false, 4, 8}, {"vision", 1, 1, 1, 0, false, 0, 4}));
+  const Layout separate(
+      two_modules(12, {"llm", 2, 1, 2, 0, false, 4, 8}, {"vision", 1, 1, 1, 0, false, 0, 4}));
   EXPECT_EQ(boundary_stages(separate, 0), BoundaryStages::separate);
   EXPECT_EQ(pairs_of(boundary_1f1b(separate, 0, 5)), pairs_of(boundary_1f1b(5, 2)));
   // Colocated, no pipeline: the encoder runs inside the LLM's only stage.
-  const Layout shared(two_modules(8, {"llm", 4, 1, 1, 0, false, 0, -1}, {"vision", 2, 1, 1, 0, false, 0, -1}));
+  const Layout shared(
+      two_modules(8, {"llm", 4, 1, 1, 0, false, 0, -1}, {"vision", 2, 1, 1, 0, false, 0, -1}));
   EXPECT_EQ(boundary_stages(shared, 0), BoundaryStages::shared);
   EXPECT_EQ(pairs_of(boundary_1f1b(shared, 0, 3)), pairs_of(boundary_1f1b(3, 1, BoundaryStages::shared)));
   // Colocated, both pp 2 in Megatron order: encoder stage 1 = ranks 4-7, LLM stage 0 = ranks 0-3.
-  const Layout staged(two_modules(8, {"llm", 2, 1, 2, 0, false, 0, -1}, {"vision", 1, 1, 2, 0, false, 0, -1}));
+  const Layout staged(
+      two_modules(8, {"llm", 2, 1, 2, 0, false, 0, -1}, {"vision", 1, 1, 2, 0, false, 0, -1}));
   EXPECT_EQ(boundary_stages(staged, 0), BoundaryStages::separate);
   // Colocated, LLM pp 2, encoder pp 1: the encoder's last stage is every rank, the LLM's first half.
-  const Layout partial(two_modules(8, {"llm", 2, 1, 2, 0, false, 0, -1}, {"vision", 1, 1, 1, 0, false, 0, -1}));
+  const Layout partial(
+      two_modules(8, {"llm", 2, 1, 2, 0, false, 0, -1}, {"vision", 1, 1, 1, 0, false, 0, -1}));
   try {
     boundary_stages(partial, 0);
     ADD_FAILURE();
   } catch (const LayoutError& e) {
-    EXPECT_STREQ(e.what(),
-                 "encoder 'vision': its last pipeline stage (8 ranks) and the LLM's first stage (4 ranks) share 4 "
-                 "ranks; a 1F1B boundary schedule needs them disjoint (separate stages) or identical (shared)");
+    EXPECT_STREQ(
+        e.what(),
+        "encoder 'vision': its last pipeline stage (8 ranks) and the LLM's first stage (4 ranks) share 4 "
+        "ranks; a 1F1B boundary schedule needs them disjoint (separate stages) or identical (shared)");
   }
   EXPECT_THROW(boundary_stages(partial, 1), LayoutError);
 }
@@ -171,7 +178,8 @@ struct PlanData {
   std::vector<PlanBuffers> buffers() {
     std::vector<PlanBuffers> out;
     for (std::size_t r = 0; r < source.size(); ++r)
-      out.push_back(PlanBuffers{source[r].data(), destination[r].data(), source[r].size(), destination[r].size()});
+      out.push_back(
+          PlanBuffers{source[r].data(), destination[r].data(), source[r].size(), destination[r].size()});
     return out;
   }
 };
@@ -183,7 +191,8 @@ PlanData make_data(BoundaryPlan plan, std::mt19937_64& rng) {
   d.source.resize(world);
   d.destination.resize(world);
   for (int r = 0; r < world; ++r) {
-    for (std::int64_t i = 0; i < plan.source_bytes[r]; ++i) d.source[r].push_back(static_cast<unsigned char>(rng()));
+    for (std::int64_t i = 0; i < plan.source_bytes[r]; ++i)
+      d.source[r].push_back(static_cast<unsigned char>(rng()));
     d.destination[r].assign(plan.destination_bytes[r], 0xEE);
   }
   d.plan = std::move(plan);
@@ -250,8 +259,10 @@ int run_and_compare(const Layout& layout, Iteration& it, const std::vector<Bound
     shared_pairs += found;
   }
   for (std::size_t i = 0; i < it.forward.size(); ++i) {
-    EXPECT_EQ(it.forward[i].destination, alone_fwd[i].destination) << what << ": forward of micro-batch " << i;
-    EXPECT_EQ(it.backward[i].destination, alone_bwd[i].destination) << what << ": backward of micro-batch " << i;
+    EXPECT_EQ(it.forward[i].destination, alone_fwd[i].destination)
+        << what << ": forward of micro-batch " << i;
+    EXPECT_EQ(it.backward[i].destination, alone_bwd[i].destination)
+        << what << ": backward of micro-batch " << i;
   }
   return shared_pairs;
 }
@@ -345,7 +356,8 @@ TEST(HeteroPipeline, OrderContractViolationIsCaught) {
       ADD_FAILURE() << "rank " << victim << " posted backward first and nothing noticed: " << c.describe();
       return;
     } catch (const ExecutionError& e) {
-      EXPECT_NE(std::string(e.what()).find("different orders (pipeline.h's order contract)"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("different orders (pipeline.h's order contract)"),
+                std::string::npos)
           << e.what();
     }
     // The same break on the sending side of that pair is caught too.
@@ -353,8 +365,8 @@ TEST(HeteroPipeline, OrderContractViolationIsCaught) {
     int sender = -1;
     for (int r = 0; r < world && sender < 0; ++r) {
       const RankStepSchedule& s = good[r];
-      for (std::size_t w = 0; w < std::min(s.parts[0].schedule.phases.size(), s.parts[1].schedule.phases.size());
-           ++w) {
+      for (std::size_t w = 0;
+           w < std::min(s.parts[0].schedule.phases.size(), s.parts[1].schedule.phases.size()); ++w) {
         for (const Message& m0 : s.parts[0].schedule.phases[w].sends) {
           for (const Message& m1 : s.parts[1].schedule.phases[w].sends) {
             if (m0.peer == m1.peer) sender = r;

@@ -37,8 +37,8 @@ inline void execute_step_cpu(const BoundaryPlan* forward, const BoundaryPlan* ba
 // The same from schedules already built (schedules[r] for world rank r, as make_all_step_schedules
 // gives them). It posts in whatever order the schedules say, so a test can hand it a rank that
 // breaks the contract and watch it be caught.
-inline void execute_step_cpu(const std::vector<RankStepSchedule>& schedules, const std::vector<StepBuffers>& buffers,
-                             int threads = 0);
+inline void execute_step_cpu(const std::vector<RankStepSchedule>& schedules,
+                             const std::vector<StepBuffers>& buffers, int threads = 0);
 
 }  // namespace zipccl::hetero
 

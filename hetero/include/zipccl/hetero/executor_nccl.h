@@ -112,7 +112,8 @@ class NcclBoundaryStep {
   // forward / backward: the step's plans (either may be nullptr), as boundary_1f1b's tick names
   // them; comm and members as for NcclBoundaryExecutor. Builds this rank's step schedule.
   // Throws what make_step_schedule throws, and what NcclBoundaryExecutor's constructor throws.
-  NcclBoundaryStep(const BoundaryPlan* forward, const BoundaryPlan* backward, ncclComm_t comm, RankList members);
+  NcclBoundaryStep(const BoundaryPlan* forward, const BoundaryPlan* backward, ncclComm_t comm,
+                   RankList members);
 
   // Enqueues this rank's part of the step on `stream` and returns (no allocation, no host wait
   // beyond NCCL's group calls). buffers: device memory, each at least the sizes of this rank's

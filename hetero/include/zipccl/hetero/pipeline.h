@@ -148,7 +148,8 @@ struct RankStepSchedule {
 // cool-down steps carry one). Throws ExecutionError when `forward` is not a forward plan or
 // `backward` not a backward plan, when the two plans are not the two directions of one boundary
 // (same encoder and world), or for a rank outside the world.
-inline RankStepSchedule make_step_schedule(const BoundaryPlan* forward, const BoundaryPlan* backward, int rank);
+inline RankStepSchedule make_step_schedule(const BoundaryPlan* forward, const BoundaryPlan* backward,
+                                           int rank);
 // Every rank's (index = world rank), one pass over each plan.
 inline std::vector<RankStepSchedule> make_all_step_schedules(const BoundaryPlan* forward,
                                                              const BoundaryPlan* backward);

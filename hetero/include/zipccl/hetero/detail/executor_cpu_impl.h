@@ -56,8 +56,8 @@ inline void check_buffer_count(std::size_t buffers, int world) {
 
 // Runs the schedules of every rank (all[r] for world rank r), wave by wave. one_plan: a lone plan,
 // whose buffer messages say "the plan" rather than naming its direction.
-inline void run_step_schedules_cpu(const std::vector<RankStepSchedule>& all, const std::vector<StepBuffers>& buffers,
-                                   int threads, bool one_plan) {
+inline void run_step_schedules_cpu(const std::vector<RankStepSchedule>& all,
+                                   const std::vector<StepBuffers>& buffers, int threads, bool one_plan) {
   const int world = static_cast<int>(all.size());
   check_buffer_count(buffers.size(), world);
   std::vector<int> active;
@@ -112,8 +112,9 @@ inline void run_step_schedules_cpu(const std::vector<RankStepSchedule>& all, con
           const Posted& next = queue.front();
           if (next.plan != part.direction) {
             throw ExecutionError(where + std::to_string(r) + " expects a message of the " +
-                                 direction_name(part.direction) + " plan from rank " + std::to_string(m.peer) +
-                                 ", the next one sent belongs to the " + direction_name(next.plan) +
+                                 direction_name(part.direction) + " plan from rank " +
+                                 std::to_string(m.peer) + ", the next one sent belongs to the " +
+                                 direction_name(next.plan) +
                                  " plan: the two ranks post the plans of the step in different orders "
                                  "(pipeline.h's order contract)");
           }
@@ -160,8 +161,8 @@ inline void execute_step_cpu(const BoundaryPlan* forward, const BoundaryPlan* ba
   detail::run_step_schedules_cpu(make_all_step_schedules(forward, backward), buffers, threads, false);
 }
 
-inline void execute_step_cpu(const std::vector<RankStepSchedule>& schedules, const std::vector<StepBuffers>& buffers,
-                             int threads) {
+inline void execute_step_cpu(const std::vector<RankStepSchedule>& schedules,
+                             const std::vector<StepBuffers>& buffers, int threads) {
   detail::run_step_schedules_cpu(schedules, buffers, threads, false);
 }
 

@@ -179,7 +179,8 @@ inline void post_waves_nccl(const PartToRun* parts, std::size_t count, ncclComm_
         unsigned char* dst = base(parts[i].buffers, BufferKind::destination);
         for (const Message& m : ops.recvs) {
           ZIPCCL_HETERO_NCCL(
-              ncclRecv(dst + m.offset, static_cast<std::size_t>(m.bytes), ncclUint8, m.peer, comm, stream), comm);
+              ncclRecv(dst + m.offset, static_cast<std::size_t>(m.bytes), ncclUint8, m.peer, comm, stream),
+              comm);
         }
       }
     } catch (...) {
@@ -219,7 +220,8 @@ inline void NcclBoundaryStep::run(const StepBuffers& buffers, cudaStream_t strea
   std::array<detail::PartToRun, 2> parts{};  // a step has at most two parts; run() does not allocate
   std::size_t count = 0;
   for (const StepPart& part : schedule_.parts) {
-    detail::check_plan_buffers(part.schedule, buffers.of(part.direction), detail::step_part_name(part.direction));
+    detail::check_plan_buffers(part.schedule, buffers.of(part.direction),
+                               detail::step_part_name(part.direction));
     parts[count++] = detail::PartToRun{&part.schedule, buffers.of(part.direction)};
   }
   detail::post_waves_nccl(parts.data(), count, comm_, stream);

@@ -16,8 +16,9 @@ inline std::vector<BoundaryTick> boundary_1f1b(int microbatches, int llm_stages,
     throw BatchError("boundary_1f1b: " + std::to_string(microbatches) + " micro-batches");
   }
   if (microbatches > kMaxSamples) {
-    throw LimitError("boundary_1f1b: " + std::to_string(microbatches) + " micro-batches is above the limit of " +
-                     std::to_string(kMaxSamples) + " (zipccl::hetero::kMaxSamples)");
+    throw LimitError("boundary_1f1b: " + std::to_string(microbatches) +
+                     " micro-batches is above the limit of " + std::to_string(kMaxSamples) +
+                     " (zipccl::hetero::kMaxSamples)");
   }
   const int m = microbatches;
   std::vector<BoundaryTick> ticks;
@@ -27,7 +28,8 @@ inline std::vector<BoundaryTick> boundary_1f1b(int microbatches, int llm_stages,
     // each forward pairs with the backward of the micro-batch that entered k steps earlier.
     const int k = std::min(llm_stages, m);
     for (int i = 0; i < m; ++i) {
-      ticks.push_back(i < k ? BoundaryTick{i, -1, TickStage::warmup} : BoundaryTick{i, i - k, TickStage::steady});
+      ticks.push_back(i < k ? BoundaryTick{i, -1, TickStage::warmup}
+                            : BoundaryTick{i, i - k, TickStage::steady});
     }
     for (int i = m - k; i < m; ++i) ticks.push_back(BoundaryTick{-1, i, TickStage::cooldown});
   } else {
@@ -84,13 +86,15 @@ inline void check_step_plans(const BoundaryPlan* forward, const BoundaryPlan* ba
       forward->destination_module != backward->source_module) {
     throw ExecutionError("step: the forward plan (encoder " + std::to_string(forward->encoder) + ", world " +
                          std::to_string(forward->world_size) + ") and the backward plan (encoder " +
-                         std::to_string(backward->encoder) + ", world " + std::to_string(backward->world_size) +
+                         std::to_string(backward->encoder) + ", world " +
+                         std::to_string(backward->world_size) +
                          ") are not the two directions of one boundary");
   }
 }
 
 // The plans of a step in posting order: this is where the order contract is decided.
-inline std::vector<const BoundaryPlan*> step_plans(const BoundaryPlan* forward, const BoundaryPlan* backward) {
+inline std::vector<const BoundaryPlan*> step_plans(const BoundaryPlan* forward,
+                                                   const BoundaryPlan* backward) {
   check_step_plans(forward, backward);
   std::vector<const BoundaryPlan*> plans;
   for (const BoundaryPlan* p : {forward, backward}) {
@@ -119,7 +123,8 @@ inline const char* step_part_name(Direction d) {
 
 }  // namespace detail
 
-inline RankStepSchedule make_step_schedule(const BoundaryPlan* forward, const BoundaryPlan* backward, int rank) {
+inline RankStepSchedule make_step_schedule(const BoundaryPlan* forward, const BoundaryPlan* backward,
+                                           int rank) {
   RankStepSchedule out;
   out.rank = rank;
   for (const BoundaryPlan* p : detail::step_plans(forward, backward)) {
@@ -135,7 +140,8 @@ inline std::vector<RankStepSchedule> make_all_step_schedules(const BoundaryPlan*
   for (std::size_t r = 0; r < all.size(); ++r) all[r].rank = static_cast<int>(r);
   for (const BoundaryPlan* p : plans) {
     std::vector<RankSchedule> each = make_all_schedules(*p);
-    for (std::size_t r = 0; r < all.size(); ++r) all[r].parts.push_back(StepPart{p->direction, std::move(each[r])});
+    for (std::size_t r = 0; r < all.size(); ++r)
+      all[r].parts.push_back(StepPart{p->direction, std::move(each[r])});
   }
   return all;
 }
