@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "test_util.h"
 #include "zipccl/hetero/executor_cpu.h"
 
