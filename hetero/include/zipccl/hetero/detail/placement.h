@@ -4,6 +4,8 @@
 // (replica, cp) position without sequence parallelism, or a single rank with it. Parties of one
 // module are disjoint, and for each sample the parties of the sample's replica partition its rows.
 // All members of a party lay out their buffers identically, so offsets are stored once per party.
+// A range is rows of one sample at consecutive buffer rows (an image-only layout has at most two per
+// sample; the LLM's combined layouts one per image piece), so a transfer inside one is contiguous.
 #pragma once
 
 #include <cstdint>
@@ -75,6 +77,7 @@ inline Placement make_placement(const Module& m, const BoundaryBatch& batch, int
     samples_of[pl.replica_of[s]].push_back(s);
   }
   const int stage = m.boundary_stage();
+  std::vector<BufferSegment> segments;
   for (int d = 0; d < m.dp(); ++d) {
     const std::vector<int>& samples = samples_of[d];
     for (int c = 0; c < m.cp(); ++c) {
@@ -91,22 +94,20 @@ inline Placement make_placement(const Module& m, const BoundaryBatch& batch, int
           for (int u = 0; u < m.tp(); ++u) p.ranks.push_back(m.rank(Coords{u, c, d, stage}));
         }
         for (int r : p.ranks) pl.party_of_rank[r] = index;
+        segments.clear();
+        p.buffer_bytes = kept_segments(m, batch, samples, c, sp ? t : 0, segments) * pl.row_bytes;
         p.first_range.reserve(samples.size() + 1);
-        p.ranges.reserve(samples.size());
-        p.range_offset.reserve(samples.size());
-        std::int64_t offset = 0;
+        p.ranges.reserve(segments.size());
+        p.range_offset.reserve(segments.size());
+        std::size_t next = 0;
         for (int s : samples) {
           p.first_range.push_back(static_cast<int>(p.ranges.size()));
-          RowRange rows[2];
-          const int k = stored_rows(m, batch.tokens[s], c, sp ? t : 0, rows);
-          for (int i = 0; i < k; ++i) {
-            p.ranges.push_back(rows[i]);
-            p.range_offset.push_back(offset);
-            offset += rows[i].size() * pl.row_bytes;
+          for (; next < segments.size() && segments[next].sample == s; ++next) {
+            p.ranges.push_back(segments[next].rows);
+            p.range_offset.push_back(segments[next].offset);
           }
         }
         p.first_range.push_back(static_cast<int>(p.ranges.size()));
-        p.buffer_bytes = offset;
       }
     }
   }
