@@ -46,7 +46,12 @@ inline bool combined_input(const Module& m, const BoundaryBatch& batch) {
 // n rounded up to a multiple of k (k >= 1); BatchError when that overflows.
 inline std::int64_t round_up(std::int64_t n, std::int64_t k) {
   const std::int64_t r = n % k;
-  return r == 0 ? n : checked_add(n, k - r, "a padded sequence length");
+  std::int64_t out = 0;
+  if (r != 0 && __builtin_add_overflow(n, k - r, &out)) {
+    throw BatchError("sequence length " + std::to_string(n) + " padded to a multiple of " + std::to_string(k) +
+                     " overflows 64 bits");
+  }
+  return r == 0 ? n : out;
 }
 
 // Positions of a sequence of n that cp rank c of cp keeps (chunks c and 2*cp-1-c of 2*cp, cut at
