@@ -30,6 +30,8 @@ const char kUsage[] =
     "usage: zipccl plan --world N --llm SPEC --encoder SPEC [--encoder SPEC ...]\n"
     "                   (--samples B --tokens T | --tokens-list LIST) --hidden H [--dtype bf16]\n"
     "                   [--assign contiguous|balanced|LIST] [--llm-assign contiguous|balanced|LIST]\n"
+    "                   [--llm-input image-only|thd|bshd --seq-lens LIST (--images LIST | --image-offset N)\n"
+    "                    [--pad-multiple N] [--padded-length N]]\n"
     "                   [--strategy direct|scatter-allgather|automatic|both] [--direction "
     "forward|backward|both]\n"
     "                   [--json] [--summary] [--transfers] [--max-groups N] [--max-transfers N]\n"
@@ -54,6 +56,20 @@ const char kUsage[] =
     "                       balanced (by tokens, longest first onto the least loaded replica), or a\n"
     "                       replica per sample, e.g. 0,1,1,0 or 3x4 (COUNTxREPEAT)\n"
     "  --llm-assign A       the same for the LLM's replicas\n"
+    "  --llm-input F        how the LLM keeps its input: image-only (default: the image tokens alone,\n"
+    "                       cut by cp/sp per sample), or the combined text+image sequence, packed (thd:\n"
+    "                       samples concatenated, cu_seqlens) or padded (bshd: [b, s]); cp cuts each\n"
+    "                       padded sequence into 2*cp chunks (zigzag), sp cuts the local sequence over\n"
+    "                       tp; each image row goes to the ranks holding its position\n"
+    "  --seq-lens LIST      combined sequence length (text + image tokens) per sample, token-list form;\n"
+    "                       one value applies to every sample\n"
+    "  --images LIST        each sample's images as OFFSET+TOKENS, comma-separated, samples separated by\n"
+    "                       '/', SPEC*N for N equal samples: 3+576,700+576/10+1024*3; one sample spec\n"
+    "                       applies to every sample; gives the tokens when --tokens* is absent\n"
+    "  --image-offset N     instead of --images: one image per sample, at position N\n"
+    "  --pad-multiple N     pad each sequence to a multiple of N (default: 2*cp if cp > 1, times tp\n"
+    "                       with sp: Megatron-LM's)\n"
+    "  --padded-length N    bshd: every sample padded to N (default: its replica's longest, rounded up)\n"
     "  --strategy S         direct, scatter-allgather, automatic (the one sending less), or both (default)\n"
     "  --direction D        forward, backward, or both (default)\n"
     "  --json               one JSON document for machines instead of text\n"
@@ -91,6 +107,12 @@ struct Options {
   std::size_t max_transfers = kDefaultMaxTransfers;
   SampleAssignment encoder_assignment;
   SampleAssignment llm_assignment;
+  SequenceFormat llm_input = SequenceFormat::image_only;
+  std::string seq_lens;
+  std::string images;
+  std::int64_t image_offset = -1;
+  std::int64_t pad_multiple = 0;
+  std::int64_t padded_length = 0;
 };
 
 // A number with a limit that says what the limit protects (parse_integer's "outside 1..N" does not).
@@ -130,6 +152,11 @@ Options parse_options(int argc, char** argv) {
       if (v.empty()) throw UsageError{arg + " is empty (give a module spec, e.g. tp=4)"};
       return v;
     };
+    auto take_list = [&]() -> std::string {
+      std::string v = take();
+      if (v.empty()) throw UsageError{arg + " is empty"};
+      return v;
+    };
     auto flag = [&] {
       if (inline_value) throw UsageError{arg + " takes no value"};
     };
@@ -149,14 +176,25 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--tokens") {
       o.tokens = parse_integer(take(), 0, INT64_MAX, "--tokens");
     } else if (arg == "--tokens-list") {
-      o.tokens_list = take();
-      if (o.tokens_list.empty()) throw UsageError{"--tokens-list is empty"};
+      o.tokens_list = take_list();
     } else if (arg == "--hidden") {
       o.hidden = parse_integer(take(), 1, INT64_MAX, "--hidden");
     } else if (arg == "--assign") {
       o.encoder_assignment = parse_assignment(take());
     } else if (arg == "--llm-assign") {
       o.llm_assignment = parse_assignment(take());
+    } else if (arg == "--llm-input") {
+      o.llm_input = parse_sequence_format(take());
+    } else if (arg == "--seq-lens") {
+      o.seq_lens = take_list();
+    } else if (arg == "--images") {
+      o.images = take_list();
+    } else if (arg == "--image-offset") {
+      o.image_offset = parse_integer(take(), 0, INT64_MAX, "--image-offset");
+    } else if (arg == "--pad-multiple") {
+      o.pad_multiple = parse_integer(take(), 1, INT64_MAX, "--pad-multiple");
+    } else if (arg == "--padded-length") {
+      o.padded_length = parse_integer(take(), 1, INT64_MAX, "--padded-length");
     } else if (arg == "--dtype") {
       o.dtype = take();
     } else if (arg == "--strategy") {
@@ -203,11 +241,72 @@ Options parse_options(int argc, char** argv) {
   if (o.encoders.empty()) throw UsageError{"at least one --encoder is required"};
   if (o.hidden == 0) throw UsageError{"--hidden is required"};
   if (o.tokens_list.empty()) {
-    if (o.tokens < 0 || o.samples < 0) throw UsageError{"give --samples and --tokens, or --tokens-list"};
+    if ((o.tokens < 0 || o.samples < 0) && o.images.empty())
+      throw UsageError{"give --samples and --tokens, or --tokens-list (or --images)"};
   } else if (o.tokens >= 0) {
     throw UsageError{"give --tokens or --tokens-list, not both"};
   }
+  const bool combined = o.llm_input != SequenceFormat::image_only;
+  const char* sequence_option = !o.seq_lens.empty()    ? "--seq-lens"
+                                : !o.images.empty()     ? "--images"
+                                : o.image_offset >= 0   ? "--image-offset"
+                                : o.pad_multiple > 0    ? "--pad-multiple"
+                                : o.padded_length > 0   ? "--padded-length"
+                                                        : nullptr;
+  if (!combined && sequence_option != nullptr) {
+    throw UsageError{std::string(sequence_option) + " describes the combined sequence: give --llm-input thd or bshd"};
+  }
+  if (combined) {
+    if (o.seq_lens.empty()) throw UsageError{"--llm-input thd/bshd needs --seq-lens"};
+    if (o.images.empty() == (o.image_offset < 0)) throw UsageError{"--llm-input thd/bshd needs --images or --image-offset (one of them)"};
+    if (o.padded_length > 0 && o.llm_input != SequenceFormat::bshd) throw UsageError{"--padded-length is for --llm-input bshd"};
+  }
   return o;
+}
+
+// A per-sample list of n entries; one entry stands for every sample.
+template <class T>
+std::vector<T> per_sample(std::vector<T> list, std::size_t n, const char* option) {
+  if (list.size() == 1 && n != 1) return std::vector<T>(n, list[0]);
+  if (list.size() != n) {
+    throw UsageError{std::string(option) + " has " + std::to_string(list.size()) + " samples, the batch " +
+                     std::to_string(n)};
+  }
+  return list;
+}
+
+// The batch's tokens and (thd/bshd) the LLM's combined sequence from the options.
+void fill_batch(const Options& o, BoundaryBatch& batch) {
+  std::vector<std::vector<ImageSpan>> images;
+  if (!o.images.empty()) images = parse_images(o.images);
+  if (!o.tokens_list.empty()) {
+    batch.tokens = parse_token_list(o.tokens_list);
+    if (o.samples >= 0 && o.samples != static_cast<std::int64_t>(batch.tokens.size())) {
+      throw UsageError{"--samples " + std::to_string(o.samples) + " but --tokens-list has " +
+                       std::to_string(batch.tokens.size()) + " entries"};
+    }
+  } else if (o.tokens >= 0) {
+    batch.tokens.assign(static_cast<std::size_t>(o.samples), o.tokens);
+  } else {
+    if (o.samples >= 0) images = per_sample(std::move(images), static_cast<std::size_t>(o.samples), "--images");
+    for (const auto& sample : images) {
+      std::int64_t sum = 0;
+      for (const ImageSpan& im : sample) sum = detail::checked_add(sum, im.tokens, "image tokens of a sample");
+      batch.tokens.push_back(sum);
+    }
+  }
+  if (o.llm_input == SequenceFormat::image_only) return;
+  LlmSequence& q = batch.llm_sequence;
+  const std::size_t n = batch.tokens.size();
+  q.format = o.llm_input;
+  q.length = per_sample(parse_token_list(o.seq_lens), n, "--seq-lens");
+  if (o.image_offset >= 0) {
+    for (std::int64_t t : batch.tokens) q.images.push_back({ImageSpan{o.image_offset, t}});
+  } else {
+    q.images = per_sample(std::move(images), n, "--images");
+  }
+  q.pad_multiple = o.pad_multiple;
+  q.padded_length = o.padded_length;
 }
 
 // ---- formatting ----
@@ -411,6 +510,28 @@ void print_text(const Options& o, const Layout& layout, const BoundaryBatch& bat
               " bytes per element: %s per token, %s in all\n",
               batch.num_samples(), total_tokens, batch.hidden, batch.element_size,
               human_bytes(batch.row_bytes()).c_str(), human_bytes(total_tokens * batch.row_bytes()).c_str());
+  const LlmSequence& q = batch.llm_sequence;
+  if (q.format == SequenceFormat::image_only) {
+    std::printf("llm input: image-only (each sample's image tokens, cut by cp and sp on their own)\n");
+  } else {
+    std::int64_t positions = 0, images = 0;
+    for (std::size_t s = 0; s < q.length.size(); ++s) {
+      positions += q.length[s];
+      images += static_cast<std::int64_t>(q.images[s].size());
+    }
+    const Module& llm = layout.llm();
+    std::printf("llm input: %s (%s), %" PRId64 " images in %" PRId64 " positions (text + image tokens), "
+                "padded to a multiple of %" PRId64 "%s\n",
+                sequence_format_name(q.format), q.format == SequenceFormat::thd ? "packed" : "padded [b, s]",
+                images, positions, sequence_pad_multiple(llm, batch),
+                q.padded_length > 0 ? (", every sample to " + std::to_string(q.padded_length)).c_str() : "");
+    if (q.format == SequenceFormat::thd && llm.dp() > 0) {
+      const std::vector<std::int64_t> cu = thd_cu_seqlens(llm, batch, 0);
+      std::printf("  replica 0 cu_seqlens:");
+      for (std::size_t i = 0; i < cu.size() && i < 17; ++i) std::printf(" %" PRId64, cu[i]);
+      std::printf("%s\n", cu.size() > 17 ? " ..." : "");
+    }
+  }
   std::printf("load (tokens per data-parallel replica; the busiest one sets the step time):\n");
   for (const Module& m : layout.modules()) {
     const ReplicaLoad load = replica_load(batch.tokens, module_replicas(m, batch), m.dp());
@@ -628,6 +749,32 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
   j.field("hidden", batch.hidden);
   j.field("element_size", batch.element_size);
   j.field("row_bytes", batch.row_bytes());
+  const LlmSequence& q = batch.llm_sequence;
+  j.key("llm_input");
+  j.open('{');
+  j.field("format", sequence_format_name(q.format));
+  if (q.format != SequenceFormat::image_only) {
+    j.field("pad_multiple", sequence_pad_multiple(layout.llm(), batch));
+    j.field("padded_length", q.padded_length);
+    j.key("lengths");
+    j.open('[');
+    for (std::int64_t n : q.length) j.value(n);
+    j.close(']');
+    j.key("images");
+    j.open('[');
+    for (const auto& sample : q.images) {
+      j.open('[');
+      for (const ImageSpan& im : sample) {
+        j.open('[');
+        j.value(im.offset);
+        j.value(im.tokens);
+        j.close(']');
+      }
+      j.close(']');
+    }
+    j.close(']');
+  }
+  j.close('}');
   j.close('}');
   j.key("groups");
   j.open('[');
@@ -687,15 +834,7 @@ int run(const Options& o) {
   if (spec.llm.name.empty()) spec.llm.name = "llm";
   for (const std::string& e : o.encoders) spec.encoders.push_back(parse_module_spec(e));
   BoundaryBatch batch;
-  if (o.tokens_list.empty()) {
-    batch.tokens.assign(static_cast<std::size_t>(o.samples), o.tokens);
-  } else {
-    batch.tokens = parse_token_list(o.tokens_list);
-    if (o.samples >= 0 && o.samples != static_cast<std::int64_t>(batch.tokens.size())) {
-      throw UsageError{"--samples " + std::to_string(o.samples) + " but --tokens-list has " +
-                       std::to_string(batch.tokens.size()) + " entries"};
-    }
-  }
+  fill_batch(o, batch);
   batch.hidden = o.hidden;
   batch.element_size = parse_element_size(o.dtype);
   batch.encoder_assignment = o.encoder_assignment;
