@@ -190,12 +190,13 @@ inline void validate_sequence(const BoundaryBatch& batch) {
                      ") is for bshd only, and must be positive");
   }
   std::int64_t images = 0, positions = 0;
+  // Messages are built only on failure: this runs for every sample and image of every micro-batch.
+  auto sample = [](std::size_t s) { return "sample " + std::to_string(s); };
   for (std::size_t s = 0; s < n; ++s) {
-    const std::string where = "sample " + std::to_string(s);
     const std::int64_t len = q.length[s];
-    if (len < 0) throw BatchError(where + " has a negative sequence length (" + std::to_string(len) + ")");
+    if (len < 0) throw BatchError(sample(s) + " has a negative sequence length (" + std::to_string(len) + ")");
     if (q.padded_length > 0 && len > q.padded_length) {
-      throw BatchError(where + ": sequence length " + std::to_string(len) + " exceeds the padded length " +
+      throw BatchError(sample(s) + ": sequence length " + std::to_string(len) + " exceeds the padded length " +
                        std::to_string(q.padded_length));
     }
     images += static_cast<std::int64_t>(q.images[s].size());
@@ -206,18 +207,20 @@ inline void validate_sequence(const BoundaryBatch& batch) {
     std::int64_t end = 0, sum = 0;
     for (std::size_t i = 0; i < q.images[s].size(); ++i) {
       const ImageSpan& im = q.images[s][i];
-      const std::string what = where + ": image " + std::to_string(i) + " (offset " + std::to_string(im.offset) +
-                               ", " + std::to_string(im.tokens) + " tokens)";
-      if (im.offset < 0 || im.tokens < 0) throw BatchError(what + " has a negative offset or size");
-      if (im.offset < end) throw BatchError(what + " starts before the previous image ends (" + std::to_string(end) + ")");
+      auto what = [&] {
+        return sample(s) + ": image " + std::to_string(i) + " (offset " + std::to_string(im.offset) + ", " +
+               std::to_string(im.tokens) + " tokens)";
+      };
+      if (im.offset < 0 || im.tokens < 0) throw BatchError(what() + " has a negative offset or size");
+      if (im.offset < end) throw BatchError(what() + " starts before the previous image ends (" + std::to_string(end) + ")");
       if (im.offset > len || im.tokens > len - im.offset) {
-        throw BatchError(what + " ends past the sequence length " + std::to_string(len));
+        throw BatchError(what() + " ends past the sequence length " + std::to_string(len));
       }
       end = im.offset + im.tokens;
       sum += im.tokens;
     }
     if (sum != batch.tokens[s]) {
-      throw BatchError(where + ": its images hold " + std::to_string(sum) + " tokens, the batch says " +
+      throw BatchError(sample(s) + ": its images hold " + std::to_string(sum) + " tokens, the batch says " +
                        std::to_string(batch.tokens[s]));
     }
     positions = checked_add(positions, len, "the combined sequence lengths");
@@ -302,7 +305,10 @@ inline std::vector<int> assign_replicas(const std::vector<std::int64_t>& tokens,
     return a.replica;
   }
   if (a.rule == AssignmentRule::contiguous) {
-    for (int s = 0; s < n; ++s) replica[s] = sample_replica(n, dp, s);
+    for (int d = 0, s = 0; d < dp && s < n; ++d) {  // block by block (no division per sample)
+      const SampleRange block = replica_samples(n, dp, d);
+      for (; s < block.end; ++s) replica[s] = d;
+    }
     return replica;
   }
   std::vector<int> order(n);
