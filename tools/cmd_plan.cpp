@@ -125,6 +125,8 @@ std::int64_t parse_limited(const std::string& text, std::int64_t min, std::int64
   return v;
 }
 
+void check_options(const Options& o);
+
 Options parse_options(int argc, char** argv) {
   Options o;
   bool have_world = false, have_llm = false;
@@ -238,6 +240,12 @@ Options parse_options(int argc, char** argv) {
   }
   if (!have_world) throw UsageError{"--world is required"};
   if (!have_llm) throw UsageError{"--llm is required"};
+  check_options(o);
+  return o;
+}
+
+// What the options say together: the batch given one way, the combined-sequence options together.
+void check_options(const Options& o) {
   if (o.encoders.empty()) throw UsageError{"at least one --encoder is required"};
   if (o.hidden == 0) throw UsageError{"--hidden is required"};
   if (o.tokens_list.empty()) {
@@ -261,7 +269,6 @@ Options parse_options(int argc, char** argv) {
     if (o.images.empty() == (o.image_offset < 0)) throw UsageError{"--llm-input thd/bshd needs --images or --image-offset (one of them)"};
     if (o.padded_length > 0 && o.llm_input != SequenceFormat::bshd) throw UsageError{"--padded-length is for --llm-input bshd"};
   }
-  return o;
 }
 
 // A per-sample list of n entries; one entry stands for every sample.
@@ -491,19 +498,8 @@ std::size_t count_messages(const BoundaryPlan& plan) {
   return n;
 }
 
-void print_text(const Options& o, const Layout& layout, const BoundaryBatch& batch,
-                const std::vector<GroupFamily>& families, const std::vector<BoundaryReport>& reports,
-                const std::vector<DirectionRefs>& refs, double total_seconds) {
-  std::printf("layout: %d ranks\n", layout.world_size());
-  for (const Module& m : layout.modules()) {
-    std::string where = m.role() == Role::llm
-                            ? ""
-                            : (layout.colocated(layout.find_encoder(m.name())) ? "colocated" : "separate");
-    std::printf("  %-10s %-7s ranks %-11s tp %-3d cp %-3d pp %-3d dp %-5d sp %-3s order %s%s%s\n",
-                m.name().c_str(), m.role() == Role::llm ? "llm" : "encoder", span_text(m).c_str(), m.tp(),
-                m.cp(), m.pp(), m.dp(), m.sequence_parallel() ? "on" : "off", to_string(m.order()).c_str(),
-                where.empty() ? "" : "  ", where.c_str());
-  }
+// The batch, the LLM's input and each module's load per replica.
+void print_batch(const Layout& layout, const BoundaryBatch& batch) {
   std::int64_t total_tokens = 0;
   for (std::int64_t t : batch.tokens) total_tokens += t;
   std::printf("batch: %d samples, %" PRId64 " tokens, hidden %" PRId64 ", %" PRId64
@@ -539,6 +535,22 @@ void print_text(const Options& o, const Layout& layout, const BoundaryBatch& bat
                 assignment_rule_name(batch.assignment(m).rule), m.dp(), load.max, load.mean, load.imbalance());
   }
 
+}
+
+void print_text(const Options& o, const Layout& layout, const BoundaryBatch& batch,
+                const std::vector<GroupFamily>& families, const std::vector<BoundaryReport>& reports,
+                const std::vector<DirectionRefs>& refs, double total_seconds) {
+  std::printf("layout: %d ranks\n", layout.world_size());
+  for (const Module& m : layout.modules()) {
+    std::string where = m.role() == Role::llm
+                            ? ""
+                            : (layout.colocated(layout.find_encoder(m.name())) ? "colocated" : "separate");
+    std::printf("  %-10s %-7s ranks %-11s tp %-3d cp %-3d pp %-3d dp %-5d sp %-3s order %s%s%s\n",
+                m.name().c_str(), m.role() == Role::llm ? "llm" : "encoder", span_text(m).c_str(), m.tp(),
+                m.cp(), m.pp(), m.dp(), m.sequence_parallel() ? "on" : "off", to_string(m.order()).c_str(),
+                where.empty() ? "" : "  ", where.c_str());
+  }
+  print_batch(layout, batch);
   std::printf("\ngroups:\n");
   for (const GroupFamily& f : families) {
     const Module& m = layout.modules()[f.module];
@@ -710,6 +722,35 @@ void write_plan(Json& j, const Options& o, const Layout& layout, const BoundaryR
   j.close('}');
 }
 
+void write_llm_input(Json& j, const Layout& layout, const BoundaryBatch& batch) {
+  const LlmSequence& q = batch.llm_sequence;
+  j.key("llm_input");
+  j.open('{');
+  j.field("format", sequence_format_name(q.format));
+  if (q.format != SequenceFormat::image_only) {
+    j.field("pad_multiple", sequence_pad_multiple(layout.llm(), batch));
+    j.field("padded_length", q.padded_length);
+    j.key("lengths");
+    j.open('[');
+    for (std::int64_t n : q.length) j.value(n);
+    j.close(']');
+    j.key("images");
+    j.open('[');
+    for (const auto& sample : q.images) {
+      j.open('[');
+      for (const ImageSpan& im : sample) {
+        j.open('[');
+        j.value(im.offset);
+        j.value(im.tokens);
+        j.close(']');
+      }
+      j.close(']');
+    }
+    j.close(']');
+  }
+  j.close('}');
+}
+
 void print_json(const Options& o, const Layout& layout, const BoundaryBatch& batch,
                 const std::vector<GroupFamily>& families, const std::vector<BoundaryReport>& reports,
                 const std::vector<DirectionRefs>& refs, double total_seconds) {
@@ -749,32 +790,7 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
   j.field("hidden", batch.hidden);
   j.field("element_size", batch.element_size);
   j.field("row_bytes", batch.row_bytes());
-  const LlmSequence& q = batch.llm_sequence;
-  j.key("llm_input");
-  j.open('{');
-  j.field("format", sequence_format_name(q.format));
-  if (q.format != SequenceFormat::image_only) {
-    j.field("pad_multiple", sequence_pad_multiple(layout.llm(), batch));
-    j.field("padded_length", q.padded_length);
-    j.key("lengths");
-    j.open('[');
-    for (std::int64_t n : q.length) j.value(n);
-    j.close(']');
-    j.key("images");
-    j.open('[');
-    for (const auto& sample : q.images) {
-      j.open('[');
-      for (const ImageSpan& im : sample) {
-        j.open('[');
-        j.value(im.offset);
-        j.value(im.tokens);
-        j.close(']');
-      }
-      j.close(']');
-    }
-    j.close(']');
-  }
-  j.close('}');
+  write_llm_input(j, layout, batch);
   j.close('}');
   j.key("groups");
   j.open('[');
