@@ -16,6 +16,7 @@
 #include "zipccl/hetero/groups.h"
 #include "zipccl/hetero/parse.h"
 #include "zipccl/hetero/plan.h"
+#include "zipccl/hetero/rank_plan.h"
 #include "zipccl/hetero/schedule.h"
 #include "zipccl/hetero/traffic.h"
 
@@ -34,7 +35,7 @@ const char kUsage[] =
     "                    [--pad-multiple N] [--padded-length N]]\n"
     "                   [--strategy direct|scatter-allgather|automatic|both] [--direction "
     "forward|backward|both]\n"
-    "                   [--json] [--summary] [--transfers] [--max-groups N] [--max-transfers N]\n"
+    "                   [--json] [--summary] [--transfers] [--max-groups N] [--max-transfers N] [--rank R]\n"
     "\n"
     "Prints the rank groups of a multimodal layout and, for each encoder, the traffic of the boundary\n"
     "plan that moves its outputs into the LLM (forward) and their gradients back (backward): bytes each\n"
@@ -76,6 +77,8 @@ const char kUsage[] =
     "  --summary            omit the per-rank table (and, with --json, the full group lists)\n"
     "  --transfers          also list every transfer\n"
     "  --max-groups N       groups printed per family in text (default 8; 0: all)\n"
+    "  --rank R             also plan rank R alone (per-rank planning, direct strategy): its time, and\n"
+    "                       whether it equals R's share of the world plan\n"
     "  --max-transfers N    stop with an error when one plan needs more transfers (default 4194304)\n"
     "\n"
     "Limits: --world up to 1048576 ranks, up to 1048576 samples; byte counts that would overflow\n"
@@ -104,6 +107,7 @@ struct Options {
   bool summary = false;
   bool transfers = false;
   int max_groups = 8;
+  int rank = -1;
   std::size_t max_transfers = kDefaultMaxTransfers;
   SampleAssignment encoder_assignment;
   SampleAssignment llm_assignment;
@@ -232,6 +236,8 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--transfers") {
       flag();
       o.transfers = true;
+    } else if (arg == "--rank") {
+      o.rank = static_cast<int>(parse_integer(take(), 0, INT32_MAX, "--rank"));
     } else if (arg == "--max-groups") {
       o.max_groups = static_cast<int>(parse_integer(take(), 0, 1 << 30, "--max-groups"));
     } else {
@@ -476,12 +482,49 @@ struct BoundaryReport {
   double plan_seconds = 0;
 };
 
+// --rank: one rank planned alone, against its share of the world's direct plan.
+struct RankCheck {
+  int rank = -1;  // -1: not asked
+  std::size_t transfers = 0;
+  double seconds = 0;
+  bool matches = false;
+};
+
 struct DirectionRefs {
   int encoder;
   Direction direction;
   LowerBounds bounds;
   TrafficSummary leader;
+  RankCheck rank_check;
 };
+
+bool same_transfer(const Transfer& a, const Transfer& b) {
+  return a.src == b.src && a.dst == b.dst && a.sample == b.sample && a.rows == b.rows &&
+         a.src_buffer == b.src_buffer && a.src_offset == b.src_offset && a.dst_offset == b.dst_offset &&
+         a.bytes == b.bytes;
+}
+
+RankCheck check_rank(const Options& o, const Layout& layout, const BoundaryBatch& batch, int e, Direction dir) {
+  RankCheck c;
+  c.rank = o.rank;
+  PlanOptions options;
+  options.max_transfers = o.max_transfers;
+  const auto t0 = Clock::now();
+  const RankPlan mine = plan_rank(layout, e, batch, dir, o.rank, options);
+  c.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  c.transfers = mine.num_transfers();
+  const BoundaryPlan world = plan_boundary(layout, e, batch, dir, options);
+  std::size_t k = 0;
+  c.matches = mine.source_bytes == world.source_bytes[o.rank] &&
+              mine.destination_bytes == world.destination_bytes[o.rank];
+  for (const Transfer& t : world.phases[0]) {
+    if (t.src != o.rank && t.dst != o.rank) continue;
+    c.matches = c.matches && k < c.transfers && same_transfer(t, mine.phases[0][k]);
+    ++k;
+  }
+  c.matches = c.matches && k == c.transfers;
+  return c;
+}
 
 // "direct", or "automatic: direct" when automatic chose.
 std::string strategy_label(const BoundaryReport& r) {
@@ -602,6 +645,11 @@ void print_text(const Options& o, const Layout& layout, const BoundaryBatch& bat
           }
         }
       }
+    }
+    if (ref.rank_check.rank >= 0) {
+      std::printf("  rank %d alone (plan_rank, direct): %zu transfers in %.3f ms; %s its share of the world plan\n",
+                  ref.rank_check.rank, ref.rank_check.transfers, ref.rank_check.seconds * 1e3,
+                  ref.rank_check.matches ? "equals" : "DIFFERS FROM");
     }
     std::printf("  max bytes per rank:\n");
     std::printf("    %-26s %14s %14s %16s %16s\n", "scheme", "sent", "received", "network total",
@@ -829,6 +877,15 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
     j.field("into_receiver_bytes", ref.leader.boundary_bytes);
     j.close('}');
     write_buffers(j, o, reports, ref);
+    if (ref.rank_check.rank >= 0) {
+      j.key("rank_plan");
+      j.open('{');
+      j.field("rank", ref.rank_check.rank);
+      j.field("transfer_count", static_cast<std::int64_t>(ref.rank_check.transfers));
+      j.field("plan_seconds", ref.rank_check.seconds);
+      j.field("matches_world_plan", ref.rank_check.matches);
+      j.close('}');
+    }
     j.key("plans");
     j.open('[');
     for (const BoundaryReport& r : reports) {
@@ -865,7 +922,8 @@ int run(const Options& o) {
   for (int e = 0; e < layout.num_encoders(); ++e) {
     for (Direction dir : o.directions) {
       refs.push_back(DirectionRefs{e, dir, lower_bounds(layout, e, batch, dir),
-                                   leader_broadcast_traffic(layout, e, batch, dir)});
+                                   leader_broadcast_traffic(layout, e, batch, dir), RankCheck{}});
+      if (o.rank >= 0) refs.back().rank_check = check_rank(o, layout, batch, e, dir);
       for (Strategy st : o.strategies) {
         const auto p0 = Clock::now();
         PlanOptions options;
