@@ -498,12 +498,6 @@ struct DirectionRefs {
   RankCheck rank_check;
 };
 
-bool same_transfer(const Transfer& a, const Transfer& b) {
-  return a.src == b.src && a.dst == b.dst && a.sample == b.sample && a.rows == b.rows &&
-         a.src_buffer == b.src_buffer && a.src_offset == b.src_offset && a.dst_offset == b.dst_offset &&
-         a.bytes == b.bytes;
-}
-
 RankCheck check_rank(const Options& o, const Layout& layout, const BoundaryBatch& batch, int e, Direction dir) {
   RankCheck c;
   c.rank = o.rank;
@@ -519,7 +513,7 @@ RankCheck check_rank(const Options& o, const Layout& layout, const BoundaryBatch
               mine.destination_bytes == world.destination_bytes[o.rank];
   for (const Transfer& t : world.phases[0]) {
     if (t.src != o.rank && t.dst != o.rank) continue;
-    c.matches = c.matches && k < c.transfers && same_transfer(t, mine.phases[0][k]);
+    c.matches = c.matches && k < c.transfers && t == mine.phases[0][k];
     ++k;
   }
   c.matches = c.matches && k == c.transfers;

@@ -11,12 +11,6 @@ namespace {
 
 using namespace hetero_test;
 
-bool same_transfer(const Transfer& a, const Transfer& b) {
-  return a.src == b.src && a.dst == b.dst && a.sample == b.sample && a.rows == b.rows &&
-         a.src_buffer == b.src_buffer && a.src_offset == b.src_offset && a.dst_offset == b.dst_offset &&
-         a.bytes == b.bytes;
-}
-
 bool same_messages(const std::vector<Message>& a, const std::vector<Message>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -40,7 +34,7 @@ std::string compare(const BoundaryPlan& world, const RankPlan& mine, int r) {
            std::to_string(expected.size());
   }
   for (std::size_t i = 0; i < expected.size(); ++i) {
-    if (!same_transfer(mine.phases[0][i], expected[i])) return "rank " + std::to_string(r) + " transfer " + std::to_string(i);
+    if (mine.phases[0][i] != expected[i]) return "rank " + std::to_string(r) + " transfer " + std::to_string(i);
   }
   const RankSchedule a = make_schedule(world, r), b = make_schedule(mine);
   if (a.source_bytes != b.source_bytes || a.destination_bytes != b.destination_bytes) return "schedule sizes";
