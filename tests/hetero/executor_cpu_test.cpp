@@ -103,7 +103,7 @@ TEST(HeteroExecutorCpu, ForwardAndBackwardDeliverTheReference) {
   std::mt19937_64 rng(99);
   int combined[3] = {0, 0, 0};  // image-only, thd, bshd cases
   for (int i = 0; i < 600; ++i) {
-    Case c = random_case(rng, 40);
+    Case c = random_case(rng, 40, true);
     Layout layout(c.spec);
     const int e = static_cast<int>(rng() % layout.num_encoders());
     for (Strategy st : {Strategy::direct, Strategy::scatter_allgather}) {
@@ -129,7 +129,7 @@ TEST(HeteroExecutorCpu, ForwardAndBackwardDeliverTheReference) {
 TEST(HeteroExecutorCpu, BackwardIsTheAdjointOfForward) {
   std::mt19937_64 rng(5);
   for (int i = 0; i < 150; ++i) {
-    Case c = random_case(rng, 32);
+    Case c = random_case(rng, 32, true);
     c.batch.element_size = 8;  // one double per element
     Layout layout(c.spec);
     const BoundaryPlan fwd = plan_forward(layout, 0, c.batch), bwd = plan_backward(layout, 0, c.batch);
@@ -187,7 +187,7 @@ TEST(HeteroExecutorCpu, BackwardIsTheAdjointOfForward) {
 TEST(HeteroExecutorCpu, SchedulesAgreeRankByRank) {
   std::mt19937_64 rng(17);
   for (int i = 0; i < 100; ++i) {
-    Case c = random_case(rng, 40);
+    Case c = random_case(rng, 40, true);
     Layout layout(c.spec);
     const BoundaryPlan plan = plan_forward(layout, 0, c.batch, PlanOptions{Strategy::scatter_allgather});
     const std::vector<RankSchedule> all = make_all_schedules(plan);

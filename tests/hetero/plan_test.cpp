@@ -164,7 +164,7 @@ TEST(HeteroPlan, RandomLayoutsMeetTheContract) {
   int cases = 0, relayed = 0, colocated = 0;
   std::map<std::tuple<int, bool, bool>, int> inputs;  // (format, LLM sp, LLM cp > 1) -> cases
   for (int i = 0; i < 2500; ++i) {
-    Case c = random_case(rng);
+    Case c = random_case(rng, 48, true);
     Layout layout(c.spec);
     ++inputs[{static_cast<int>(c.batch.llm_sequence.format), layout.llm().sequence_parallel(), layout.llm().cp() > 1}];
     for (int e = 0; e < layout.num_encoders(); ++e) {
@@ -200,7 +200,7 @@ TEST(HeteroPlan, AutomaticKeepsTheLighterPlan) {
   std::mt19937_64 rng(31);
   int relay_chosen = 0, direct_chosen = 0;
   for (int i = 0; i < 400; ++i) {
-    Case c = random_case(rng);
+    Case c = random_case(rng, 48, true);
     Layout layout(c.spec);
     for (Direction dir : {Direction::forward, Direction::backward}) {
       const BoundaryPlan a = plan_boundary(layout, 0, c.batch, dir, PlanOptions{Strategy::automatic});
@@ -223,7 +223,7 @@ TEST(HeteroPlan, AutomaticKeepsTheLighterPlan) {
 TEST(HeteroPlan, BackwardReturnsToEveryProducer) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 300; ++i) {
-    Case c = random_case(rng);
+    Case c = random_case(rng, 48, true);
     Layout layout(c.spec);
     const BoundaryPlan fwd = plan_forward(layout, 0, c.batch);
     const BoundaryPlan bwd = plan_backward(layout, 0, c.batch);
@@ -430,7 +430,7 @@ TEST(HeteroPlan, RelayNeverAboveLeaderBroadcast) {
   std::mt19937_64 rng(20260);
   int cases = 0, relay_kept = 0;
   for (int i = 0; i < 1500; ++i) {
-    Case c = random_case(rng);
+    Case c = random_case(rng, 48, true);
     for (auto& t : c.batch.tokens) t = t * 97 + static_cast<std::int64_t>(rng() % 97);
     if (c.batch.llm_sequence.format != SequenceFormat::image_only) random_sequence(rng, c.batch);
     const Layout layout(c.spec);

@@ -51,7 +51,7 @@ TEST(HeteroRankPlan, EveryRankMatchesTheWorldPlanner) {
   std::mt19937_64 rng(4242);
   int compared = 0, combined = 0;
   for (int i = 0; i < 1500; ++i) {
-    const Case c = random_case(rng);
+    const Case c = random_case(rng, 48, true);
     const Layout layout(c.spec);
     combined += c.batch.llm_sequence.format != SequenceFormat::image_only;
     for (int e = 0; e < layout.num_encoders(); ++e) {

@@ -107,7 +107,10 @@ inline void random_sequence(std::mt19937_64& rng, BoundaryBatch& batch) {
   q.padded_length = q.format == SequenceFormat::bshd && rng() % 3 == 0 ? longest + rng() % 5 : 0;
 }
 
-inline Case random_case(std::mt19937_64& rng, int max_ranks = 48) {
+// With llm_inputs, half the cases give the LLM a combined thd/bshd input (random_sequence); without
+// it the random stream and the cases are those of the image-only layouts (callers that change the
+// token counts afterwards need that).
+inline Case random_case(std::mt19937_64& rng, int max_ranks = 48, bool llm_inputs = false) {
   Case c;
   const int encoders = rng() % 4 == 0 ? 2 : 1;
   c.spec.llm.name = "llm";
@@ -170,7 +173,7 @@ inline Case random_case(std::mt19937_64& rng, int max_ranks = 48) {
   };
   c.batch.encoder_assignment = random_assignment(encoder_dp);
   c.batch.llm_assignment = random_assignment(dp_of(c.spec.llm));
-  if (rng() % 2 == 0) random_sequence(rng, c.batch);
+  if (llm_inputs && rng() % 2 == 0) random_sequence(rng, c.batch);
   return c;
 }
 
