@@ -11,5 +11,6 @@
 #include "zipccl/hetero/parse.h"
 #include "zipccl/hetero/pipeline.h"
 #include "zipccl/hetero/plan.h"
+#include "zipccl/hetero/rank_plan.h"
 #include "zipccl/hetero/schedule.h"
 #include "zipccl/hetero/traffic.h"
