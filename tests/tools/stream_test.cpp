@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <random>
 #include <string>
@@ -157,7 +158,7 @@ TEST_F(Stream, CommandLineErrorsExitTwo) {
 // Compressed data is not written to (or read from) a terminal unless forced, as zstd does.
 TEST_F(Stream, TerminalsAreRefused) {
   const int master = posix_openpt(O_RDWR | O_NOCTTY);
-  ASSERT_GE(master, 0);
+  if (master < 0) GTEST_SKIP() << "no pseudo-terminal here (posix_openpt: " << std::strerror(errno) << ")";
   ASSERT_EQ(grantpt(master), 0);
   ASSERT_EQ(unlockpt(master), 0);
   const std::string tty = ptsname(master);
