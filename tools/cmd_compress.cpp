@@ -1,7 +1,7 @@
 // `zipccl compress` and `zipccl decompress`: a file to a stream of frames and back, in bounded memory.
 //
 // A stream is frames back to back (gpu_codec/FORMAT.md section 8), each holding at most one chunk of
-// input (16 MiB unless --frame-mib says otherwise), so files of any size go through three reused
+// input (8 MiB unless --frame-mib says otherwise), so files of any size go through three reused
 // slots: one is read while the previous is coded and the one before written (frame_stream.h). The
 // decoder learns each frame's length from its header, so it reads streams of any frame sizes,
 // including the single-frame files of earlier versions. The command line follows zstd's: `-` is

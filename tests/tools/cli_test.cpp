@@ -101,8 +101,8 @@ TEST_F(Cli, CompressesBf16AndWritesAFrame) {
 }
 
 TEST_F(Cli, LargeFileBecomesSeveralFrames) {
-  const size_t n = (size_t{16} << 20) + 4097;  // the default frame holds 16 MiB
-  const Bytes tile = gaussian_bf16(size_t{1} << 20, 9);  // tiled: generating 16 MiB of normals is slow
+  const size_t n = (size_t{8} << 20) + 4097;  // the default frame holds 8 MiB
+  const Bytes tile = gaussian_bf16(size_t{1} << 20, 9);  // tiled: generating 8 MiB of normals is slow
   Bytes data(n);
   for (size_t i = 0; i < n; ++i) data[i] = tile[i % tile.size()];
   write("big.bin", data);
@@ -110,7 +110,7 @@ TEST_F(Cli, LargeFileBecomesSeveralFrames) {
   Bytes z = read("big.zc");
   zipccl::codec::FrameInfo first{};
   ASSERT_EQ(zipccl::codec::read_frame_info(z.data(), z.size(), &first), zipccl::codec::Status::kOk);
-  EXPECT_EQ(first.original_size, size_t{16} << 20);
+  EXPECT_EQ(first.original_size, size_t{8} << 20);
   EXPECT_LT(first.frame_size, z.size());
   ASSERT_EQ(zipccl("decompress --threads 2 big.zc big.out"), 0) << stderr_;
   EXPECT_TRUE(read("big.out") == data);
