@@ -4,7 +4,7 @@
 // input (8 MiB unless --frame-mib says otherwise), so files of any size go through three reused
 // slots: one is read while the previous is coded and the one before written (frame_stream.h). The
 // decoder learns each frame's length from its header, so it reads streams of any frame sizes,
-// including the single-frame files of earlier versions. The command line follows zstd's: `-` is
+// including the files of earlier versions (64 MiB frames). The command line follows zstd's: `-` is
 // stdin/stdout, -o names the output, -f overwrites, -k keeps the input (the default), --rm removes it.
 #include <unistd.h>
 

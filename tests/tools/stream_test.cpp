@@ -176,7 +176,7 @@ TEST_F(Stream, TerminalsAreRefused) {
   ::close(master);
 }
 
-// Files of earlier versions held one frame of up to 64 MiB, or up to 1 GiB, and streams may be
+// Earlier versions wrote frames of 64 MiB (a single frame for smaller files), and streams may be
 // concatenated: frames of any sizes, in any mix, decode.
 TEST_F(Stream, SingleLargeFramesAndMixedStreamsDecode) {
   const Bytes data = gradient_like(5 * kMiB + 3, 9);
