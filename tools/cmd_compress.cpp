@@ -358,6 +358,7 @@ int cmd_compress(int argc, char** argv) {
   };
   uint64_t total_in = 0, total_out = 0, frames = 0;
   Pipeline pipeline;
+  in.stop_when_readable(pipeline.failure_fd());
   std::string why;
   if (!pipeline.run(read, code, write_stage(&out, &total_in, &total_out, &frames), &why)) {
     std::fprintf(stderr, "zipccl compress: %s\n", why.c_str());
@@ -418,6 +419,7 @@ int cmd_decompress(int argc, char** argv) {
   };
   uint64_t total_in = 0, total_out = 0, frames = 0;
   Pipeline pipeline;
+  in.stop_when_readable(pipeline.failure_fd());
   std::string why;
   if (!pipeline.run(read, code, write_stage(&out, &total_in, &total_out, &frames), &why)) {
     std::fprintf(stderr, "zipccl decompress: %s\n", why.c_str());

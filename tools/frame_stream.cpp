@@ -1,5 +1,8 @@
 #include "frame_stream.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <thread>
 
 namespace zipccl {
@@ -63,6 +66,15 @@ bool FrameReader::next(AlignedBuffer* buf, codec::FrameInfo* info, std::string* 
   return true;
 }
 
+Pipeline::Pipeline() {
+  if (::pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
+}
+
+Pipeline::~Pipeline() {
+  for (int fd : wake_)
+    if (fd >= 0) ::close(fd);
+}
+
 Slot* Pipeline::wait(uint64_t k, State s) {
   std::unique_lock<std::mutex> lock(m_);
   cv_.wait(lock, [&] { return failed_ || state_[k % kSlots] == s; });
@@ -80,10 +92,15 @@ void Pipeline::set(uint64_t k, State s) {
 void Pipeline::fail(const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(m_);
-    if (!failed_) why_ = why;
+    if (failed_) return;
+    why_ = why;
     failed_ = true;
   }
   cv_.notify_all();
+  if (wake_[1] >= 0) {
+    const char byte = 1;
+    (void)!::write(wake_[1], &byte, 1);
+  }
 }
 
 void Pipeline::loop(State from, State to, const Stage& stage) {

@@ -62,7 +62,14 @@ struct Slot {
 // Each stage handles the slots in order; the first stage to fail stops the others.
 class Pipeline {
  public:
+  Pipeline();
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
   using Stage = std::function<bool(Slot& slot, std::string* why)>;
+  // Becomes readable when a stage fails, for a reader blocked on a pipe to stop waiting
+  // (InputFile::stop_when_readable); -1 where no pipe could be made.
+  int failure_fd() const { return wake_[0]; }
   // Runs until the slot the reader marked `last` has been written. False with the first failure.
   bool run(const Stage& read, const Stage& code, const Stage& write, std::string* why);
 
@@ -80,6 +87,7 @@ class Pipeline {
   State state_[kSlots] = {kFree, kFree, kFree};
   bool failed_ = false;
   std::string why_;
+  int wake_[2] = {-1, -1};
 };
 
 }  // namespace tools

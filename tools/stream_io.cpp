@@ -1,6 +1,7 @@
 #include "stream_io.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,13 +53,29 @@ bool InputFile::open(const std::string& name, std::string* why) {
     *why = "is a directory";
     return false;
   }
-  if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+  regular_ = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode);
+  if (regular_) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
   return true;
+}
+
+bool InputFile::wait_readable(std::string* why) {
+  if (regular_ || stop_fd_ < 0) return true;
+  pollfd p[2] = {{fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+  while (::poll(p, 2, -1) < 0) {
+    if (errno != EINTR) return true;  // let read() wait, and report, instead
+  }
+  if (!p[1].revents) return true;
+  *why = "stopped";
+  return false;
 }
 
 bool InputFile::read_full(uint8_t* p, size_t n, size_t* got, std::string* why) {
   size_t have = 0;
   while (have < n) {
+    if (!wait_readable(why)) {
+      *got = have;
+      return false;
+    }
     const ssize_t r = ::read(fd_, p + have, n - have);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {

@@ -37,15 +37,21 @@ class InputFile {
   // False with *why (strerror) when the file cannot be opened.
   bool open(const std::string& name, std::string* why);
   // Reads until `n` bytes or the end of the input, whatever the pipe delivers per call; *got < n
-  // only at the end. False with *why on a read error.
+  // only at the end. False with *why on a read error, or once `stop_fd` is readable.
   bool read_full(uint8_t* p, size_t n, size_t* got, std::string* why);
+  // A pipe or terminal can block a read for as long as its writer likes: read_full then also waits
+  // on `fd` and gives up when it becomes readable (Pipeline::failure_fd). Regular files never block.
+  void stop_when_readable(int fd) { stop_fd_ = fd; }
   int fd() const { return fd_; }
   bool is_stdin() const { return is_stdin_; }
   const std::string& display_name() const { return display_; }
 
  private:
+  bool wait_readable(std::string* why);
   int fd_ = -1;
+  int stop_fd_ = -1;
   bool is_stdin_ = false;
+  bool regular_ = false;
   std::string display_;
 };
 

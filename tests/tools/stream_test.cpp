@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
@@ -240,6 +241,34 @@ TEST_F(Stream, DamagedStreamsFailCleanly) {
       EXPECT_FALSE(exists("bad")) << "case " << i;
     }
     EXPECT_TRUE(rc == 1 || zipccl("inspect bad.zcc > /dev/null") == 0) << "case " << i << stderr_;
+  }
+}
+
+// A frame that fails to decode while the reader waits on a pipe whose writer has stalled: the command
+// must report it and exit at once, not when the writer next writes or closes (6 s here).
+TEST_F(Stream, AFailureDoesNotWaitForAStalledPipe) {
+  write("in.bin", gradient_like(3 * kMiB, 13));
+  ASSERT_EQ(zipccl("compress --frame-mib 1 -t bf16 in.bin"), 0) << stderr_;
+  Bytes z = read("in.bin.zcc");
+  FrameInfo first{};
+  ASSERT_EQ(zipccl::codec::read_frame_info(z.data(), z.size(), &first), Status::kOk);
+  // Damage frame 1's coded data (its length stays right), and stop inside frame 2.
+  for (size_t i = first.frame_size + 2000; i < first.frame_size + 2100; ++i) z[i] ^= 0x5A;
+  z.resize(z.size() - 100000);
+  write("bad.zcc", z);
+  for (int i = 0; i < 4; ++i) {
+    const std::string fifo = "stalled" + std::to_string(i);
+    ASSERT_EQ(run_here("mkfifo " + fifo), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    // The writer holds the pipe open in the background, its other ends away from the test's; the
+    // shell waits for zipccl alone.
+    const int rc = run_here("{ (cat bad.zcc; sleep 6) > " + fifo + " 2> /dev/null < /dev/null & } ; '" ZIPCCL_BIN
+                            "' decompress -f - -o out.bin < " + fifo + " 2> stderr.txt");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stderr_ = read_text("stderr.txt");
+    EXPECT_EQ(rc, 1) << stderr_;
+    EXPECT_NE(stderr_.find("frame 1 at byte " + std::to_string(first.frame_size)), std::string::npos) << stderr_;
+    EXPECT_LT(s, 4.0) << "round " << i;
   }
 }
 
