@@ -83,7 +83,7 @@ void usage(bool compress) {
         "usage: zipccl compress [-t auto|bf16|fp16|fp32] [--threads N | --gpu] [--block-log2 N]\n"
         "                       [--frame-mib N] [--isa SET] [-o OUT] [-f] [-k|--rm] [-v] IN [OUT]\n"
         "  Compresses IN into a stream of zipccl frames, in bounded memory whatever IN's size.\n"
-        "  '-' is stdin/stdout; without OUT: IN%s (stdout for stdin). Never writes to a terminal.\n"
+        "  '-' is stdin/stdout; without OUT: IN%s (stdout for stdin); a terminal only with -f.\n"
         "  -t, --type     element type of IN (default auto: detected per frame)\n"
         "  --threads N    encoder threads per frame (default 1)\n"
         "  --block-log2 N log2 elements per block, 10..14 (default 14; with --gpu 13)\n"
