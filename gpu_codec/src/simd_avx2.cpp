@@ -101,11 +101,203 @@ void minmax(const uint8_t* p, uint32_t m, uint32_t* lo, uint32_t* hi) {
   *lo = x, *hi = y;
 }
 
+// ---- Huffman encode --------------------------------------------------------------------------
+
+// Prefetches (kernels.h Ahead): one read and one write line per 32 symbols grouped (as the AVX-512
+// set's two per 64). Without -mprfchw the write hint is a plain prefetcht0.
+inline void prefetch_read(Ahead& a) {
+  if (a.p < a.end) _mm_prefetch(reinterpret_cast<const char*>(a.p), _MM_HINT_T0), a.p += 64;
+}
+inline void prefetch_write(Ahead& a) {
+  if (a.w < a.wend) _mm_prefetch(reinterpret_cast<const char*>(a.w), _MM_HINT_T0), a.w += 64;
+}
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline void store256(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
+
+// The symbols' entries e = code | len << 11 as two byte tables (e's low and high bytes), looked up for
+// 32 symbols at a time with vpshufb, which reads 16 entries: alphabets spanning at most 16 * N values
+// (N = 1, 2, 4) are indexed by symbol & (16N - 1), each 16-entry table a register, and the tables'
+// results are blended on index bits 4 and 5 (moved to bit 7 for vpblendvb). Wider alphabets (an
+// exponent plane with zeros in it) take the scalar lane coder.
+template <int N>
+struct LookupN {
+  static constexpr uint32_t kEntries = 16 * N;
+  __m256i lo[N], hi[N];
+  LookupN(const uint8_t* tl, const uint8_t* th) {
+    for (int i = 0; i < N; ++i) {
+      lo[i] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(tl + 16 * i)));
+      hi[i] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(th + 16 * i)));
+    }
+  }
+  static uint32_t index(uint32_t s) { return s & (kEntries - 1); }
+  static __m256i pick(const __m256i* t, __m256i i, __m256i b4, __m256i b5) {
+    if (N == 1) return _mm256_shuffle_epi8(t[0], i);
+    const __m256i a = _mm256_blendv_epi8(_mm256_shuffle_epi8(t[0], i), _mm256_shuffle_epi8(t[1], i), b4);
+    if (N == 2) return a;
+    const __m256i b = _mm256_blendv_epi8(_mm256_shuffle_epi8(t[2], i), _mm256_shuffle_epi8(t[3], i), b4);
+    return _mm256_blendv_epi8(a, b, b5);
+  }
+  void operator()(__m256i x, __m256i* elo, __m256i* ehi) const {
+    const __m256i i = _mm256_and_si256(x, _mm256_set1_epi8(char(kEntries - 1)));
+    // Bits 4 and 5 of each byte to its bit 7 (the 16-bit shifts carry nothing into bit 7 from below).
+    const __m256i b4 = _mm256_slli_epi16(i, 3), b5 = _mm256_slli_epi16(i, 2);
+    *elo = pick(lo, i, b4, b5), *ehi = pick(hi, i, b4, b5);
+  }
+};
+
+// Groups of one lane's symbols, n of them (a multiple of 32), as the AVX-512 set's make_groups forms
+// them (code8, len8, g16: the same values), 32 symbols a step. The in-lane byte unpacks give the
+// entries of symbols 0-7 and 16-23 (first) and 8-15 and 24-31 (second) as words; each 128-bit lane
+// then joins its pairs, quads and octet, and one in-lane qword unpack puts the four octets in order.
+template <class Lookup>
+inline uint64_t make_groups(const uint8_t* s, uint32_t n, const Lookup& lookup, uint64_t* code8,
+                            uint64_t* len8, uint64_t* g16, Ahead& ahead) {
+  const __m256i m11 = _mm256_set1_epi32(0x7FF), m4 = _mm256_set1_epi32(0xF),
+                lo32 = _mm256_set1_epi64x(0xFFFFFFFF);
+  __m256i total = _mm256_setzero_si256();
+  for (uint32_t i = 0; i < n; i += 32) {
+    prefetch_read(ahead), prefetch_write(ahead);
+    __m256i oc[2], ol[2];
+    __m256i elo, ehi;
+    lookup(load256(s + i), &elo, &ehi);
+    for (int h = 0; h < 2; ++h) {
+      // Per 32-bit word: e_even | e_odd << 16.
+      const __m256i e = h ? _mm256_unpackhi_epi8(elo, ehi) : _mm256_unpacklo_epi8(elo, ehi);
+      // Pairs: (c_even << l_odd) | c_odd, l_even + l_odd (at most 22 bits).
+      const __m256i lodd = _mm256_srli_epi32(e, 27);
+      const __m256i pc = _mm256_or_si256(_mm256_sllv_epi32(_mm256_and_si256(e, m11), lodd),
+                                         _mm256_and_si256(_mm256_srli_epi32(e, 16), m11));
+      const __m256i pl = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 11), m4), lodd);
+      // Quads, per 64-bit word (at most 44 bits).
+      const __m256i qlo = _mm256_srli_epi64(pl, 32);
+      const __m256i qc =
+          _mm256_or_si256(_mm256_sllv_epi64(_mm256_and_si256(pc, lo32), qlo), _mm256_srli_epi64(pc, 32));
+      const __m256i ql = _mm256_add_epi64(_mm256_and_si256(pl, lo32), qlo);
+      // Octets in the even 64-bit words.
+      const __m256i qch = _mm256_bsrli_epi128(qc, 8), qlh = _mm256_bsrli_epi128(ql, 8);
+      oc[h] = _mm256_or_si256(_mm256_sllv_epi64(qc, qlh), qch);
+      ol[h] = _mm256_add_epi64(ql, qlh);
+    }
+    const __m256i c = _mm256_unpacklo_epi64(oc[0], oc[1]), l = _mm256_unpacklo_epi64(ol[0], ol[1]);
+    store256(code8 + i / 8, c);
+    store256(len8 + i / 8, l);
+    total = _mm256_add_epi64(total, l);
+    // 16-symbol groups in the even words, their lengths in the odd ones.
+    const __m256i ch = _mm256_bsrli_epi128(c, 8), lh = _mm256_bsrli_epi128(l, 8);
+    store256(g16 + i / 8, _mm256_blend_epi32(_mm256_or_si256(_mm256_sllv_epi64(c, lh), ch),
+                                             _mm256_bslli_epi128(_mm256_add_epi64(l, lh), 8), 0xCC));
+  }
+  alignas(32) uint64_t t[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(t), total);
+  return t[0] + t[1] + t[2] + t[3];
+}
+
+// Appends the len (1..56) low bits of `code` to a lane's bit string at base; acc holds the string's
+// last 64 bits, nbits its length. Stores the 8 bytes that end with the byte holding the last bit
+// (from base + ceil(nbits / 8) - 8: lanes get 8 writable bytes in front), zero-padded, so every byte
+// a later call may still complete is rewritten whole (the AVX-512 set's writer; huff_lanes.h's
+// BitWriter's bytes).
+inline void put_bits(uint64_t& acc, uint64_t& nbits, uint8_t* base, uint64_t code, uint32_t len) {
+  acc = (acc << len) | code;
+  nbits += len;
+  const uint64_t v = __builtin_bswap64(acc << (-nbits & 7));
+  std::memcpy(base + ((nbits + 7) >> 3) - 8, &v, 8);
+}
+
+inline void put_symbols(uint64_t& acc, uint64_t& nbits, uint8_t* base, const uint8_t* s, uint32_t n,
+                        const HuffCode& code) {
+  for (uint32_t i = 0; i < n; ++i) put_bits(acc, nbits, base, code.code_of[s[i]], code.len_of[s[i]]);
+}
+
+template <class Lookup>
+size_t huff_encode_with(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out,
+                        size_t cap, uint16_t* lane_bytes, Ahead* ahead_io) {
+  alignas(16) uint8_t tl[Lookup::kEntries] = {0}, th[Lookup::kEntries] = {0};
+  for (uint32_t s = code.lo; s < code.lo + code.nsym; ++s) {
+    const uint32_t e = code.code_of[s] | (code.len_of[s] << 11);
+    tl[Lookup::index(s)] = uint8_t(e), th[Lookup::index(s)] = uint8_t(e >> 8);
+  }
+  const Lookup lookup(tl, th);
+  const uint32_t per = lane_elems(m, lanes);
+  // Lane k's bytes from scratch + k * slot + 8 on, the 8 in front writable (put_bits).
+  const size_t slot = (size_t(per) * kMaxCodeLen + 7) / 8 + 8;
+  alignas(64) uint8_t scratch[kMaxLaneBytes + 16 * kMaxLanes];
+  constexpr int kW = 2;  // lanes interleaved
+  alignas(64) uint64_t code8[kW][kMaxBlockElems / 8], len8[kW][kMaxBlockElems / 8],
+      g16[kW][kMaxBlockElems / 8];
+  size_t total = 0;
+  Ahead none;
+  Ahead& ahead = ahead_io ? *ahead_io : none;
+  for (int k0 = 0; k0 < lanes; k0 += kW) {
+    const int n = lanes - k0 < kW ? lanes - k0 : kW;
+    // Writer state in locals that are never address-taken, so that it stays in registers.
+    uint64_t acc[kW] = {0}, nb[kW] = {0};
+    uint8_t* o[kW];
+    uint32_t cnt[kW], vec[kW];
+    uint64_t bits[kW];
+    const uint8_t* s[kW];
+    for (int j = 0; j < n; ++j) {
+      cnt[j] = lane_count(m, per, k0 + j);
+      vec[j] = cnt[j] & ~31u;
+      s[j] = sym + size_t(k0 + j) * per;
+      o[j] = scratch + size_t(k0 + j) * slot + 8;
+      bits[j] = make_groups(s[j], vec[j], lookup, code8[j], len8[j], g16[j], ahead);
+    }
+    // An 8-symbol group of more than 56 bits is coded symbol by symbol.
+    auto put8 = [&](int j, uint32_t g) {
+      if (__builtin_expect(len8[j][g] <= 56, 1)) {
+        put_bits(acc[j], nb[j], o[j], code8[j][g], uint32_t(len8[j][g]));
+      } else {
+        put_symbols(acc[j], nb[j], o[j], s[j] + 8 * g, 8, code);
+      }
+    };
+    // 16-symbol groups when the lanes average at most 3.25 bits a symbol (the > 56-bit exceptions
+    // then stay rare), else 8-symbol groups (the AVX-512 set's rule).
+    const bool by16 = n == kW && vec[0] == vec[kW - 1] && bits[0] <= uint64_t(vec[0]) * 52 / 16 &&
+                      bits[kW - 1] <= uint64_t(vec[0]) * 52 / 16;
+    if (by16) {
+      for (uint32_t i = 0; i < vec[0] / 16; ++i) {
+#pragma GCC unroll 2
+        for (int j = 0; j < kW; ++j) {
+          if (__builtin_expect(g16[j][2 * i + 1] <= 56, 1)) {
+            put_bits(acc[j], nb[j], o[j], g16[j][2 * i], uint32_t(g16[j][2 * i + 1]));
+          } else {
+            put8(j, 2 * i);
+            put8(j, 2 * i + 1);
+          }
+        }
+      }
+    } else {
+      for (int j = 0; j < n; ++j) {
+        for (uint32_t g = 0; g < vec[j] / 8; ++g) put8(j, g);
+      }
+    }
+    for (int j = 0; j < n; ++j) {
+      put_symbols(acc[j], nb[j], o[j], s[j] + vec[j], cnt[j] - vec[j], code);
+      // The last partial byte was stored with the last bits (zero-padded); none if the lane is empty.
+      const size_t bytes = size_t(nb[j] + 7) / 8;
+      if (total + bytes > cap) return SIZE_MAX;
+      std::memcpy(out + total, o[j], bytes);
+      lane_bytes[k0 + j] = uint16_t(bytes);
+      total += bytes;
+    }
+  }
+  return total;
+}
+
+size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out, size_t cap,
+                   uint16_t* lane_bytes, Ahead* ahead) {
+  if (code.nsym <= 16) return huff_encode_with<LookupN<1>>(sym, m, code, lanes, out, cap, lane_bytes, ahead);
+  if (code.nsym <= 32) return huff_encode_with<LookupN<2>>(sym, m, code, lanes, out, cap, lane_bytes, ahead);
+  if (code.nsym <= 64) return huff_encode_with<LookupN<4>>(sym, m, code, lanes, out, cap, lane_bytes, ahead);
+  return lanes_encode(sym, m, code, lanes, out, cap, lane_bytes);
+}
+
 }  // namespace
 
 // This file's kernels (the lane coders: its own build of huff_lanes.h); the rest the scalar set's.
 bool avx2_kernel_set(Kernels* k) {
-  *k = scalar_with("avx2", {split16, merge16, split32, merge32, histogram, minmax, lanes_encode_k, lanes_decode_k});
+  *k = scalar_with("avx2", {split16, merge16, split32, merge32, histogram, minmax, huff_encode, lanes_decode_k});
   return true;
 }
 
