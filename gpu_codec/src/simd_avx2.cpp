@@ -31,17 +31,52 @@ void split16(const uint8_t* src, uint32_t m, uint8_t* p0, uint8_t* p1) {
   scalar_kernels().split16(src + 2 * i, m - i, p0 + i, p1 + i);
 }
 
-void merge16(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
-  const __m256i x80 = _mm256_set1_epi16(0x80), x7f = _mm256_set1_epi16(0x7F);
-  uint32_t i = 0;
-  for (; i + 16 <= m; i += 16) {
-    const __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + i)));
-    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + i)));
-    const __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, x80), 8), _mm256_slli_epi16(a, 7)),
-                                      _mm256_and_si256(b, x7f));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i), v);
+// 32 elements from 32 bytes of each plane: the low bytes (p0 bit 0 -> bit 7, p1 bits 6..0) and the
+// high bytes (p1 bit 7, p0 bits 7..1) in byte form (16-bit shifts, the bits they move across bytes
+// masked off), then interleaved; the qword permute puts elements 0-15 in the low halves of the two
+// 128-bit lanes so that the in-lane byte unpacks give elements 0-15 and 16-31 in order.
+struct Merge32 {
+  __m256i x7f = _mm256_set1_epi8(0x7F), x80 = _mm256_set1_epi8(char(0x80));
+  inline void operator()(__m256i a, __m256i b, __m256i* lo, __m256i* hi) const {
+    const __m256i l = _mm256_or_si256(_mm256_and_si256(b, x7f), _mm256_and_si256(_mm256_slli_epi16(a, 7), x80));
+    const __m256i h = _mm256_or_si256(_mm256_and_si256(b, x80), _mm256_and_si256(_mm256_srli_epi16(a, 1), x7f));
+    const __m256i lp = _mm256_permute4x64_epi64(l, 0xD8), hp = _mm256_permute4x64_epi64(h, 0xD8);
+    *lo = _mm256_unpacklo_epi8(lp, hp);
+    *hi = _mm256_unpackhi_epi8(lp, hp);
   }
-  scalar_kernels().merge16(p0 + i, p1 + i, m - i, dst + 2 * i);
+};
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline void store256(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
+
+void merge16(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
+  const Merge32 mg;
+  uint32_t i = 0;
+  for (; i + 32 <= m; i += 32) {
+    __m256i lo, hi;
+    mg(load256(p0 + i), load256(p1 + i), &lo, &hi);
+    store256(dst + 2 * i, lo);
+    store256(dst + 2 * i + 32, hi);
+  }
+  if (i < m) scalar_kernels().merge16(p0 + i, p1 + i, m - i, dst + 2 * i);
+}
+
+// merge16 with streaming stores from the first 32-byte boundary of dst on (dst must be even for
+// there to be one). Not fenced (kernels.h).
+void merge16_stream(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(dst) & 31;
+  if (mis & 1) return merge16(p0, p1, m, dst);
+  uint32_t i = uint32_t(((32 - mis) & 31) / 2);
+  if (i >= m) return merge16(p0, p1, m, dst);
+  if (i) scalar_kernels().merge16(p0, p1, i, dst);
+  const Merge32 mg;
+  for (; i + 32 <= m; i += 32) {
+    __m256i lo, hi;
+    mg(load256(p0 + i), load256(p1 + i), &lo, &hi);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 2 * i), lo);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 2 * i + 32), hi);
+  }
+  if (i < m) scalar_kernels().merge16(p0 + i, p1 + i, m - i, dst + 2 * i);
 }
 
 void split32(const uint8_t* src, uint32_t m, uint8_t* const* p) {
@@ -111,9 +146,6 @@ inline void prefetch_read(Ahead& a) {
 inline void prefetch_write(Ahead& a) {
   if (a.w < a.wend) _mm_prefetch(reinterpret_cast<const char*>(a.w), _MM_HINT_T0), a.w += 64;
 }
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline void store256(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
-
 // The symbols' entries e = code | len << 11 as two byte tables (e's low and high bytes), looked up for
 // 32 symbols at a time with vpshufb, which reads 16 entries: alphabets spanning at most 16 * N values
 // (N = 1, 2, 4) are indexed by symbol & (16N - 1), each 16-entry table a register, and the tables'
@@ -293,11 +325,86 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
   return lanes_encode(sym, m, code, lanes, out, cap, lane_bytes);
 }
 
+// ---- Huffman decode --------------------------------------------------------------------------
+
+// Five pair-table lookups from one 8-byte load (huff_lanes.h decode_run<5>) for a lane at bit `pos`
+// of `in`, counting the bits used with a marker instead of a sum: bit 0 of the loaded word is set,
+// so after the shifts it sits at bit (pos & 7) + (bits used), which a trailing-zero count reads
+// back. No lookup reads it: the last one starts at most 7 + 44 bits in and reads 11, down to bit 2.
+// kClamp: loads start at `limit` at most (else the caller has checked that none goes past it).
+// A lane being decoded: its bit position from the quartet's first byte, its next output byte.
+struct Lane {
+  uint64_t pos;
+  uint8_t* o;
+};
+
+template <bool kClamp>
+inline Lane decode_five(const uint8_t* in, Lane l, const DecodeTable& t, const uint8_t* limit) {
+  const uint8_t* a = in + (l.pos >> 3);
+  if (kClamp) a = a < limit ? a : limit;
+  uint64_t buf = (lanes_be64(a) | 1) << (l.pos & 7);
+  uint8_t* o = l.o;
+#pragma GCC unroll 5
+  for (int j = 0; j < 5; ++j) {
+    const zipccl::codec::PairEntry& e = t.pair[buf >> (64 - kMaxCodeLen)];
+    std::memcpy(o, e.sym, 2);
+    o += e.count;
+    buf <<= e.bits;
+  }
+  return {(l.pos & ~uint64_t(7)) + uint64_t(__builtin_ctzll(buf)), o};  // buf != 0: the marker
+}
+
+// huff_lanes.h decode_group<4> with decode_five and the next block's prefetches (one line every
+// fourth round: ~13 of a quartet's ~50 rounds cover ~11 KiB of next input). The four lanes' state
+// is in named locals, never address-taken, so that the symbol stores (which may alias anything
+// in memory) do not force it out of registers.
+template <bool kClamp>
+void decode_four_with(const uint8_t* const* base, uint32_t count, const DecodeTable& t, uint8_t* out,
+                      const uint8_t* limit, uint64_t* pos_out, Ahead* ahead) {
+  const uint8_t* in = base[0];
+  Lane l0 = {0, out}, l1 = {uint64_t(base[1] - in) * 8, out + count},
+       l2 = {uint64_t(base[2] - in) * 8, out + 2 * size_t(count)},
+       l3 = {uint64_t(base[3] - in) * 8, out + 3 * size_t(count)};
+  // Each run yields at most 10 symbols, so count / 10 - 1 runs cannot overrun any lane.
+  const int rounds = int(count / 10) - 1;
+  for (int q = 0; q < rounds; ++q) {
+    if (ahead && q % 4 == 0 && ahead->p < ahead->end) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead->p), _MM_HINT_T0), ahead->p += 64;
+    }
+    l0 = decode_five<kClamp>(in, l0, t, limit);
+    l1 = decode_five<kClamp>(in, l1, t, limit);
+    l2 = decode_five<kClamp>(in, l2, t, limit);
+    l3 = decode_five<kClamp>(in, l3, t, limit);
+  }
+  const Lane l[4] = {l0, l1, l2, l3};
+  for (int k = 0; k < 4; ++k) {
+    const LaneReader r = {in + (l[k].pos >> 3), uint32_t(l[k].pos & 7), l[k].o};
+    pos_out[k] = finish_lane<5>(r, base[k], t, out + size_t(k) * count + count, limit);
+  }
+}
+
+// Loads need no clamp when even 11 bits a symbol (the most a lane can use) from the last lane's start
+// stay below the limit: every quartet but one at the frame's end.
+void decode_four(const uint8_t* const* base, uint32_t count, const DecodeTable& t, uint8_t* out,
+                 const uint8_t* limit, uint64_t* pos_out, Ahead* ahead) {
+  if (size_t(limit - base[3]) >= (size_t(count) * kMaxCodeLen + 7) / 8) {
+    decode_four_with<false>(base, count, t, out, limit, pos_out, ahead);
+  } else {
+    decode_four_with<true>(base, count, t, out, limit, pos_out, ahead);
+  }
+}
+
+bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const DecodeTable& t, uint32_t m,
+                 uint8_t* out, const uint8_t* readable_end, Ahead* ahead) {
+  return lanes_decode(in, lane_bytes, lanes, t, m, out, readable_end, decode_four, ahead);
+}
+
 }  // namespace
 
 // This file's kernels (the lane coders: its own build of huff_lanes.h); the rest the scalar set's.
 bool avx2_kernel_set(Kernels* k) {
-  *k = scalar_with("avx2", {split16, merge16, split32, merge32, histogram, minmax, huff_encode, lanes_decode_k});
+  *k = scalar_with("avx2", {split16, merge16, split32, merge32, histogram, minmax, huff_encode, huff_decode});
+  k->merge16_stream = merge16_stream;
   return true;
 }
 
