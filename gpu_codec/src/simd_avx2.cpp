@@ -5,6 +5,7 @@
 #if defined(__AVX2__)
 #include <immintrin.h>
 
+#include "huff_groups.h"
 #include "huff_lanes.h"
 
 #include <cstring>
@@ -224,97 +225,12 @@ inline uint64_t make_groups(const uint8_t* s, uint32_t n, const Lookup& lookup, 
   return t[0] + t[1] + t[2] + t[3];
 }
 
-// Appends the len (1..56) low bits of `code` to a lane's bit string at base; acc holds the string's
-// last 64 bits, nbits its length. Stores the 8 bytes that end with the byte holding the last bit
-// (from base + ceil(nbits / 8) - 8: lanes get 8 writable bytes in front), zero-padded, so every byte
-// a later call may still complete is rewritten whole (the AVX-512 set's writer; huff_lanes.h's
-// BitWriter's bytes).
-inline void put_bits(uint64_t& acc, uint64_t& nbits, uint8_t* base, uint64_t code, uint32_t len) {
-  acc = (acc << len) | code;
-  nbits += len;
-  const uint64_t v = __builtin_bswap64(acc << (-nbits & 7));
-  std::memcpy(base + ((nbits + 7) >> 3) - 8, &v, 8);
-}
-
-inline void put_symbols(uint64_t& acc, uint64_t& nbits, uint8_t* base, const uint8_t* s, uint32_t n,
-                        const HuffCode& code) {
-  for (uint32_t i = 0; i < n; ++i) put_bits(acc, nbits, base, code.code_of[s[i]], code.len_of[s[i]]);
-}
-
 template <class Lookup>
 size_t huff_encode_with(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out,
-                        size_t cap, uint16_t* lane_bytes, Ahead* ahead_io) {
-  alignas(16) uint8_t tl[Lookup::kEntries] = {0}, th[Lookup::kEntries] = {0};
-  for (uint32_t s = code.lo; s < code.lo + code.nsym; ++s) {
-    const uint32_t e = code.code_of[s] | (code.len_of[s] << 11);
-    tl[Lookup::index(s)] = uint8_t(e), th[Lookup::index(s)] = uint8_t(e >> 8);
-  }
-  const Lookup lookup(tl, th);
-  const uint32_t per = lane_elems(m, lanes);
-  // Lane k's bytes from scratch + k * slot + 8 on, the 8 in front writable (put_bits).
-  const size_t slot = (size_t(per) * kMaxCodeLen + 7) / 8 + 8;
-  alignas(64) uint8_t scratch[kMaxLaneBytes + 16 * kMaxLanes];
-  constexpr int kW = 2;  // lanes interleaved
-  alignas(64) uint64_t code8[kW][kMaxBlockElems / 8], len8[kW][kMaxBlockElems / 8],
-      g16[kW][kMaxBlockElems / 8];
-  size_t total = 0;
-  Ahead none;
-  Ahead& ahead = ahead_io ? *ahead_io : none;
-  for (int k0 = 0; k0 < lanes; k0 += kW) {
-    const int n = lanes - k0 < kW ? lanes - k0 : kW;
-    // Writer state in locals that are never address-taken, so that it stays in registers.
-    uint64_t acc[kW] = {0}, nb[kW] = {0};
-    uint8_t* o[kW];
-    uint32_t cnt[kW], vec[kW];
-    uint64_t bits[kW];
-    const uint8_t* s[kW];
-    for (int j = 0; j < n; ++j) {
-      cnt[j] = lane_count(m, per, k0 + j);
-      vec[j] = cnt[j] & ~31u;
-      s[j] = sym + size_t(k0 + j) * per;
-      o[j] = scratch + size_t(k0 + j) * slot + 8;
-      bits[j] = make_groups(s[j], vec[j], lookup, code8[j], len8[j], g16[j], ahead);
-    }
-    // An 8-symbol group of more than 56 bits is coded symbol by symbol.
-    auto put8 = [&](int j, uint32_t g) {
-      if (__builtin_expect(len8[j][g] <= 56, 1)) {
-        put_bits(acc[j], nb[j], o[j], code8[j][g], uint32_t(len8[j][g]));
-      } else {
-        put_symbols(acc[j], nb[j], o[j], s[j] + 8 * g, 8, code);
-      }
-    };
-    // 16-symbol groups when the lanes average at most 3.25 bits a symbol (the > 56-bit exceptions
-    // then stay rare), else 8-symbol groups (the AVX-512 set's rule).
-    const bool by16 = n == kW && vec[0] == vec[kW - 1] && bits[0] <= uint64_t(vec[0]) * 52 / 16 &&
-                      bits[kW - 1] <= uint64_t(vec[0]) * 52 / 16;
-    if (by16) {
-      for (uint32_t i = 0; i < vec[0] / 16; ++i) {
-#pragma GCC unroll 2
-        for (int j = 0; j < kW; ++j) {
-          if (__builtin_expect(g16[j][2 * i + 1] <= 56, 1)) {
-            put_bits(acc[j], nb[j], o[j], g16[j][2 * i], uint32_t(g16[j][2 * i + 1]));
-          } else {
-            put8(j, 2 * i);
-            put8(j, 2 * i + 1);
-          }
-        }
-      }
-    } else {
-      for (int j = 0; j < n; ++j) {
-        for (uint32_t g = 0; g < vec[j] / 8; ++g) put8(j, g);
-      }
-    }
-    for (int j = 0; j < n; ++j) {
-      put_symbols(acc[j], nb[j], o[j], s[j] + vec[j], cnt[j] - vec[j], code);
-      // The last partial byte was stored with the last bits (zero-padded); none if the lane is empty.
-      const size_t bytes = size_t(nb[j] + 7) / 8;
-      if (total + bytes > cap) return SIZE_MAX;
-      std::memcpy(out + total, o[j], bytes);
-      lane_bytes[k0 + j] = uint16_t(bytes);
-      total += bytes;
-    }
-  }
-  return total;
+                        size_t cap, uint16_t* lane_bytes, Ahead* ahead) {
+  auto groups = [](const uint8_t* s, uint32_t n, const Lookup& lk, uint64_t* c8, uint64_t* l8, uint64_t* g16,
+                   Ahead& a) { return make_groups(s, n, lk, c8, l8, g16, a); };
+  return encode_grouped<Lookup, 32>(sym, m, code, lanes, out, cap, lane_bytes, ahead, groups);
 }
 
 size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lanes, uint8_t* out, size_t cap,
@@ -338,15 +254,17 @@ struct Lane {
   uint8_t* o;
 };
 
+// top: 64 - kMaxCodeLen in a register the compiler cannot see through, so that each window is one
+// shrx (BMI2) instead of a copy and a shift.
 template <bool kClamp>
-inline Lane decode_five(const uint8_t* in, Lane l, const DecodeTable& t, const uint8_t* limit) {
+inline Lane decode_five(const uint8_t* in, Lane l, const DecodeTable& t, const uint8_t* limit, uint64_t top) {
   const uint8_t* a = in + (l.pos >> 3);
   if (kClamp) a = a < limit ? a : limit;
   uint64_t buf = (lanes_be64(a) | 1) << (l.pos & 7);
   uint8_t* o = l.o;
 #pragma GCC unroll 5
   for (int j = 0; j < 5; ++j) {
-    const zipccl::codec::PairEntry& e = t.pair[buf >> (64 - kMaxCodeLen)];
+    const zipccl::codec::PairEntry& e = t.pair[buf >> top];
     std::memcpy(o, e.sym, 2);
     o += e.count;
     buf <<= e.bits;
@@ -354,10 +272,12 @@ inline Lane decode_five(const uint8_t* in, Lane l, const DecodeTable& t, const u
   return {(l.pos & ~uint64_t(7)) + uint64_t(__builtin_ctzll(buf)), o};  // buf != 0: the marker
 }
 
-// huff_lanes.h decode_group<4> with decode_five and the next block's prefetches (one line every
-// fourth round: ~13 of a quartet's ~50 rounds cover ~11 KiB of next input). The four lanes' state
-// is in named locals, never address-taken, so that the symbol stores (which may alias anything
-// in memory) do not force it out of registers.
+// huff_lanes.h decode_group<4> with decode_five and the next block's prefetches: a line a round,
+// ~400 over a block's 8 quartets of ~50 rounds, so the whole next block (~22 KiB for 16384 bf16
+// elements, the raw mantissa plane included) is asked for while this one is decoded (64 MiB: +2-4%
+// against a line every fourth round, within noise). The lanes' state is in named locals, never
+// address-taken, so that the symbol stores (which may alias anything in memory) do not force it out
+// of registers (in arrays: 15% more instructions, spills).
 template <bool kClamp>
 void decode_four_with(const uint8_t* const* base, uint32_t count, const DecodeTable& t, uint8_t* out,
                       const uint8_t* limit, uint64_t* pos_out, Ahead* ahead) {
@@ -365,16 +285,18 @@ void decode_four_with(const uint8_t* const* base, uint32_t count, const DecodeTa
   Lane l0 = {0, out}, l1 = {uint64_t(base[1] - in) * 8, out + count},
        l2 = {uint64_t(base[2] - in) * 8, out + 2 * size_t(count)},
        l3 = {uint64_t(base[3] - in) * 8, out + 3 * size_t(count)};
+  uint64_t top = 64 - kMaxCodeLen;
+  asm("" : "+r"(top));
   // Each run yields at most 10 symbols, so count / 10 - 1 runs cannot overrun any lane.
   const int rounds = int(count / 10) - 1;
   for (int q = 0; q < rounds; ++q) {
-    if (ahead && q % 4 == 0 && ahead->p < ahead->end) {
+    if (ahead && ahead->p < ahead->end) {
       _mm_prefetch(reinterpret_cast<const char*>(ahead->p), _MM_HINT_T0), ahead->p += 64;
     }
-    l0 = decode_five<kClamp>(in, l0, t, limit);
-    l1 = decode_five<kClamp>(in, l1, t, limit);
-    l2 = decode_five<kClamp>(in, l2, t, limit);
-    l3 = decode_five<kClamp>(in, l3, t, limit);
+    l0 = decode_five<kClamp>(in, l0, t, limit, top);
+    l1 = decode_five<kClamp>(in, l1, t, limit, top);
+    l2 = decode_five<kClamp>(in, l2, t, limit, top);
+    l3 = decode_five<kClamp>(in, l3, t, limit, top);
   }
   const Lane l[4] = {l0, l1, l2, l3};
   for (int k = 0; k < 4; ++k) {
