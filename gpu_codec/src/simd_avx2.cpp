@@ -264,10 +264,14 @@ inline Lane decode_five(const uint8_t* in, Lane l, const DecodeTable& t, const u
   uint8_t* o = l.o;
 #pragma GCC unroll 5
   for (int j = 0; j < 5; ++j) {
-    const zipccl::codec::PairEntry& e = t.pair[buf >> top];
-    std::memcpy(o, e.sym, 2);
-    o += e.count;
-    buf <<= e.bits;
+    // The entry as one word for the count (a byte extract) and the shift (shlx takes its count mod
+    // 64: the bits field): two loads and a store a lookup instead of three and one (+1-2%).
+    const zipccl::codec::PairEntry& pe = t.pair[buf >> top];
+    uint32_t e;
+    std::memcpy(&e, &pe, 4);
+    std::memcpy(o, pe.sym, 2);
+    o += (e >> 8) & 0xFF;
+    buf <<= (e & 63);
   }
   return {(l.pos & ~uint64_t(7)) + uint64_t(__builtin_ctzll(buf)), o};  // buf != 0: the marker
 }
