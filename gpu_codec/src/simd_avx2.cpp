@@ -147,6 +147,7 @@ inline void prefetch_read(Ahead& a) {
 inline void prefetch_write(Ahead& a) {
   if (a.w < a.wend) _mm_prefetch(reinterpret_cast<const char*>(a.w), _MM_HINT_T0), a.w += 64;
 }
+
 // The symbols' entries e = code | len << 11 as two byte tables (e's low and high bytes), looked up for
 // 32 symbols at a time with vpshufb, which reads 16 entries: alphabets spanning at most 16 * N values
 // (N = 1, 2, 4) are indexed by symbol & (16N - 1), each 16-entry table a register, and the tables'
@@ -243,17 +244,17 @@ size_t huff_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int lan
 
 // ---- Huffman decode --------------------------------------------------------------------------
 
-// Five pair-table lookups from one 8-byte load (huff_lanes.h decode_run<5>) for a lane at bit `pos`
-// of `in`, counting the bits used with a marker instead of a sum: bit 0 of the loaded word is set,
-// so after the shifts it sits at bit (pos & 7) + (bits used), which a trailing-zero count reads
-// back. No lookup reads it: the last one starts at most 7 + 44 bits in and reads 11, down to bit 2.
-// kClamp: loads start at `limit` at most (else the caller has checked that none goes past it).
 // A lane being decoded: its bit position from the quartet's first byte, its next output byte.
 struct Lane {
   uint64_t pos;
   uint8_t* o;
 };
 
+// Five pair-table lookups from one 8-byte load (huff_lanes.h decode_run<5>) for a lane at bit `pos`
+// of `in`, counting the bits used with a marker instead of a sum: bit 0 of the loaded word is set,
+// so after the shifts it sits at bit (pos & 7) + (bits used), which a trailing-zero count reads
+// back. No lookup reads it: the last one starts at most 7 + 44 bits in and reads 11, down to bit 2.
+// kClamp: loads start at `limit` at most (else the caller has checked that none goes past it).
 // top: 64 - kMaxCodeLen in a register the compiler cannot see through, so that each window is one
 // shrx (BMI2) instead of a copy and a shift.
 template <bool kClamp>
