@@ -50,32 +50,25 @@ struct Merge32 {
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline void store256(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
 
-void merge16(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
-  const Merge32 mg;
+// merge16 (kStream false) and merge16_stream (kStream): streaming stores from the first 32-byte
+// boundary of dst on (dst must be even for there to be one). Not fenced (kernels.h).
+template <bool kStream>
+void merge16_with(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
   uint32_t i = 0;
-  for (; i + 32 <= m; i += 32) {
-    __m256i lo, hi;
-    mg(load256(p0 + i), load256(p1 + i), &lo, &hi);
-    store256(dst + 2 * i, lo);
-    store256(dst + 2 * i + 32, hi);
+  if (kStream) {
+    const uintptr_t mis = reinterpret_cast<uintptr_t>(dst) & 31;
+    i = uint32_t(((32 - mis) & 31) / 2);
+    if ((mis & 1) || i >= m) return merge16_with<false>(p0, p1, m, dst);
+    if (i) scalar_kernels().merge16(p0, p1, i, dst);
   }
-  if (i < m) scalar_kernels().merge16(p0 + i, p1 + i, m - i, dst + 2 * i);
-}
-
-// merge16 with streaming stores from the first 32-byte boundary of dst on (dst must be even for
-// there to be one). Not fenced (kernels.h).
-void merge16_stream(const uint8_t* p0, const uint8_t* p1, uint32_t m, uint8_t* dst) {
-  const uintptr_t mis = reinterpret_cast<uintptr_t>(dst) & 31;
-  if (mis & 1) return merge16(p0, p1, m, dst);
-  uint32_t i = uint32_t(((32 - mis) & 31) / 2);
-  if (i >= m) return merge16(p0, p1, m, dst);
-  if (i) scalar_kernels().merge16(p0, p1, i, dst);
   const Merge32 mg;
   for (; i + 32 <= m; i += 32) {
-    __m256i lo, hi;
-    mg(load256(p0 + i), load256(p1 + i), &lo, &hi);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 2 * i), lo);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 2 * i + 32), hi);
+    __m256i v[2];
+    mg(load256(p0 + i), load256(p1 + i), &v[0], &v[1]);
+    for (int h = 0; h < 2; ++h) {
+      __m256i* d = reinterpret_cast<__m256i*>(dst + 2 * i + 32 * h);
+      kStream ? _mm256_stream_si256(d, v[h]) : _mm256_storeu_si256(d, v[h]);
+    }
   }
   if (i < m) scalar_kernels().merge16(p0 + i, p1 + i, m - i, dst + 2 * i);
 }
@@ -330,8 +323,8 @@ bool huff_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const
 
 // This file's kernels (the lane coders: its own build of huff_lanes.h); the rest the scalar set's.
 bool avx2_kernel_set(Kernels* k) {
-  *k = scalar_with("avx2", {split16, merge16, split32, merge32, histogram, minmax, huff_encode, huff_decode});
-  k->merge16_stream = merge16_stream;
+  *k = scalar_with("avx2", {split16, merge16_with<false>, split32, merge32, histogram, minmax, huff_encode, huff_decode});
+  k->merge16_stream = merge16_with<true>;
   return true;
 }
 
