@@ -121,14 +121,18 @@ def _numpy_dtype(name: str) -> np.dtype:
             raise ImportError("zipccl: a bf16 stream decodes to an ml_dtypes.bfloat16 array: pip install "
                               "ml_dtypes (or zipccl[bf16]), or pass out= (e.g. a torch.bfloat16 tensor)") from None
         return np.dtype(ml_dtypes.bfloat16)
+    if name not in ("fp16", "fp32", "none"):
+        raise ValueError(f"zipccl: dtype must be bf16, fp16, fp32 or a numpy dtype; not {name!r}")
     return np.dtype({"fp16": np.float16, "fp32": np.float32}.get(name, np.uint8))
 
 
-def decompress(data: Any, out: Any = None, *, threads: int = 1, isa: str = "auto") -> Any:
+def decompress(data: Any, out: Any = None, *, dtype: Any = None, threads: int = 1, isa: str = "auto") -> Any:
     """Decodes frames made by :func:`compress` (or ``zipccl compress``).
 
-    With ``out=None`` returns a new 1-D numpy array of the frames' element type (bf16:
-    ml_dtypes.bfloat16; untyped frames: uint8). Otherwise decodes into ``out`` - a contiguous numpy
+    With ``out=None`` returns a new 1-D numpy array of ``dtype`` (a numpy dtype, or "bf16",
+    "fp16", "fp32"); by default of the frames' element type (bf16: ml_dtypes.bfloat16), and uint8
+    for untyped frames - small or incompressible inputs are stored as raw frames, which carry no
+    element type. Otherwise decodes into ``out`` - a contiguous numpy
     array, CPU torch tensor or writable buffer of exactly the decoded size - and returns it.
     Raises :class:`FormatError` (a ValueError) for malformed or truncated frames; the decoder
     validates every field and never reads or writes outside the buffers. The GIL is released.
@@ -137,8 +141,14 @@ def decompress(data: Any, out: Any = None, *, threads: int = 1, isa: str = "auto
     if out is None:
         fs = _zipccl.frames(buf)
         total = sum(f[2] for f in fs)
-        dt = _numpy_dtype(_TYPE_NAMES[fs[0][1]])
+        if dtype is None:
+            typed = [f[1] for f in fs if f[1] != _TYPE_CODES["none"]]
+            dt = _numpy_dtype(_TYPE_NAMES[typed[0]] if typed else "none")
+        else:
+            dt = _numpy_dtype(dtype) if isinstance(dtype, str) else np.dtype(dtype)
         if total % dt.itemsize:
+            if dtype is not None:
+                raise ValueError(f"zipccl: the frames decode to {total} bytes, not a whole number of {dt.name}")
             dt = np.dtype(np.uint8)
         out = np.empty(total // dt.itemsize, dtype=dt)
     _zipccl.decompress_into(buf, _writable(out), threads, isa)
