@@ -18,7 +18,10 @@
 #include "inspect.h"
 #include "src/version.h"
 #include "zipccl/codec.h"
+#include "zipccl/hetero/batch.h"
+#include "zipccl/hetero/groups.h"
 #include "zipccl/hetero/layout.h"
+#include "zipccl/hetero/plan.h"
 
 namespace nb = nanobind;
 using namespace zipccl;
@@ -282,17 +285,107 @@ nb::dict module_dict(const hetero::Module& m) {
   return d;
 }
 
-// Validates the spec with the C++ Layout (its messages, as LayoutError) and returns the modules as
-// the C++ library derived them: LLM first, then the encoders.
-nb::list validate_layout(int world_size, const nb::dict& llm, const nb::list& encoders) {
+hetero::Layout make_layout(int world_size, const nb::dict& llm, const nb::list& encoders) {
   hetero::LayoutSpec spec;
   spec.world_size = world_size;
   spec.llm = module_spec(llm, "llm");
   for (size_t i = 0; i < encoders.size(); ++i)
     spec.encoders.push_back(module_spec(nb::cast<nb::dict>(encoders[i]), ("encoder " + std::to_string(i)).c_str()));
-  const hetero::Layout layout(spec);
+  return hetero::Layout(spec);
+}
+
+// Validates the spec with the C++ Layout (its messages, as LayoutError) and returns the modules as
+// the C++ library derived them: LLM first, then the encoders.
+nb::list validate_layout(int world_size, const nb::dict& llm, const nb::list& encoders) {
+  const hetero::Layout layout = make_layout(world_size, llm, encoders);
   nb::list out;
   for (const hetero::Module& m : layout.modules()) out.append(module_dict(m));
+  return out;
+}
+
+// (kind, module index, groups) for every family, in all_group_families' order (every process gets
+// the same list: torch.distributed.new_group must be called in the same order everywhere).
+std::vector<std::tuple<std::string, int, std::vector<std::vector<int>>>> group_families(int world_size, const nb::dict& llm,
+                                                                                    const nb::list& encoders) {
+  const hetero::Layout layout = make_layout(world_size, llm, encoders);
+  std::vector<std::tuple<std::string, int, std::vector<std::vector<int>>>> out;
+  for (const hetero::GroupFamily& f : hetero::all_group_families(layout))
+    out.emplace_back(hetero::group_kind_name(f.kind), f.module, f.groups);
+  return out;
+}
+
+hetero::SampleAssignment assignment(const std::string& rule, const std::vector<int>& replica) {
+  hetero::SampleAssignment a;
+  if (rule == "contiguous") a.rule = hetero::AssignmentRule::contiguous;
+  else if (rule == "balanced") a.rule = hetero::AssignmentRule::balanced;
+  else if (rule == "given") a.rule = hetero::AssignmentRule::given, a.replica = replica;
+  else throw std::invalid_argument("assignment must be 'contiguous', 'balanced' or a list of replicas, not '" + rule + "'");
+  return a;
+}
+
+struct BatchArgs {
+  BatchArgs(std::vector<int64_t> t, int64_t h, int64_t e, std::string er, std::string lr, std::vector<int> erep,
+            std::vector<int> lrep)
+      : tokens(std::move(t)), hidden(h), element_size(e), encoder_rule(std::move(er)), llm_rule(std::move(lr)),
+        encoder_replica(std::move(erep)), llm_replica(std::move(lrep)) {}
+  std::vector<int64_t> tokens;
+  int64_t hidden, element_size;
+  std::string encoder_rule, llm_rule;
+  std::vector<int> encoder_replica, llm_replica;
+
+  hetero::BoundaryBatch batch() const {
+    hetero::BoundaryBatch b(tokens, hidden, element_size);
+    b.encoder_assignment = assignment(encoder_rule, encoder_replica);
+    b.llm_assignment = assignment(llm_rule, llm_replica);
+    hetero::validate_batch(b);
+    return b;
+  }
+};
+
+using TransferTuple = std::tuple<int, int, int, int64_t, int64_t, int, int64_t, int64_t, int64_t>;
+
+// A boundary plan: phases of (src, dst, sample, row_begin, row_end, src_buffer (0 source,
+// 1 destination), src_offset, dst_offset, bytes), and per-rank buffer sizes.
+nb::dict plan(int world_size, const nb::dict& llm, const nb::list& encoders, int encoder, const BatchArgs& args,
+              bool backward, const std::string& strategy) {
+  const hetero::Layout layout = make_layout(world_size, llm, encoders);
+  hetero::PlanOptions opt;
+  if (strategy == "direct") opt.strategy = hetero::Strategy::direct;
+  else if (strategy == "scatter_allgather") opt.strategy = hetero::Strategy::scatter_allgather;
+  else if (strategy == "automatic") opt.strategy = hetero::Strategy::automatic;
+  else throw std::invalid_argument("strategy must be direct, scatter_allgather or automatic, not '" + strategy + "'");
+  const hetero::BoundaryPlan p = hetero::plan_boundary(layout, encoder, args.batch(),
+                                                       backward ? hetero::Direction::backward : hetero::Direction::forward, opt);
+  std::vector<std::vector<TransferTuple>> phases;
+  for (const auto& ph : p.phases) {
+    std::vector<TransferTuple> out;
+    out.reserve(ph.size());
+    for (const hetero::Transfer& t : ph)
+      out.emplace_back(t.src, t.dst, t.sample, t.rows.begin, t.rows.end, static_cast<int>(t.src_buffer), t.src_offset,
+                       t.dst_offset, t.bytes);
+    phases.push_back(std::move(out));
+  }
+  nb::dict d;
+  d["strategy"] = hetero::strategy_name(p.strategy);
+  d["source_module"] = p.source_module;
+  d["destination_module"] = p.destination_module;
+  d["row_bytes"] = p.row_bytes;
+  d["phases"] = phases;
+  d["source_bytes"] = p.source_bytes;
+  d["destination_bytes"] = p.destination_bytes;
+  return d;
+}
+
+// Where `rank` keeps module `module`'s part of the boundary tensor: (sample, row_begin, row_end,
+// byte offset) segments of its packed local buffer (batch.h).
+std::vector<std::tuple<int, int64_t, int64_t, int64_t>> segments(int world_size, const nb::dict& llm, const nb::list& encoders,
+                                                                 int module, const BatchArgs& args, int rank) {
+  const hetero::Layout layout = make_layout(world_size, llm, encoders);
+  if (module < 0 || module >= static_cast<int>(layout.modules().size()))
+    throw std::invalid_argument("module index " + std::to_string(module) + " out of range");
+  std::vector<std::tuple<int, int64_t, int64_t, int64_t>> out;
+  for (const hetero::BufferSegment& s : hetero::buffer_segments(layout.modules()[module], args.batch(), rank))
+    out.emplace_back(s.sample, s.rows.begin, s.rows.end, s.offset);
   return out;
 }
 
@@ -303,6 +396,7 @@ NB_MODULE(_zipccl, m) {
   nb::exception<FormatError>(m, "FormatError", PyExc_ValueError);
   nb::exception<hetero::LayoutError>(m, "LayoutError", PyExc_ValueError);
   nb::exception<hetero::LimitError>(m, "LimitError", PyExc_ValueError);
+  nb::exception<hetero::BatchError>(m, "BatchError", PyExc_ValueError);
   m.def("compress", &compress, nb::arg("src"), nb::arg("type"), nb::arg("block_log2"), nb::arg("threads"),
         nb::arg("isa"));
   m.def("frames", &frames, nb::arg("src"));
@@ -313,4 +407,13 @@ NB_MODULE(_zipccl, m) {
   m.def("cpu_features", &codec::cpu_features);
   m.def("version", [] { return std::string(zipccl::version_string()); });
   m.def("validate_layout", &validate_layout, nb::arg("world_size"), nb::arg("llm"), nb::arg("encoders"));
+  m.def("group_families", &group_families, nb::arg("world_size"), nb::arg("llm"), nb::arg("encoders"));
+  nb::class_<BatchArgs>(m, "Batch")
+      .def(nb::init<std::vector<int64_t>, int64_t, int64_t, std::string, std::string, std::vector<int>, std::vector<int>>(),
+           nb::arg("tokens"), nb::arg("hidden"), nb::arg("element_size"), nb::arg("encoder_rule"), nb::arg("llm_rule"),
+           nb::arg("encoder_replica"), nb::arg("llm_replica"));
+  m.def("plan", &plan, nb::arg("world_size"), nb::arg("llm"), nb::arg("encoders"), nb::arg("encoder"), nb::arg("batch"),
+        nb::arg("backward"), nb::arg("strategy"));
+  m.def("segments", &segments, nb::arg("world_size"), nb::arg("llm"), nb::arg("encoders"), nb::arg("module"),
+        nb::arg("batch"), nb::arg("rank"));
 }
