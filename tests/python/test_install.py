@@ -29,3 +29,16 @@ def test_python_m_zipccl_runs_the_tool():
     assert r.stdout.startswith("zipccl " + zipccl.__version__)
     r = subprocess.run([sys.executable, "-m", "zipccl", "no-such-command"], capture_output=True, text=True)
     assert r.returncode != 0 and "no-such-command" in r.stderr
+
+
+def test_native_stub_names_what_the_module_has():
+    import ast
+
+    from zipccl import _zipccl
+
+    stub = os.path.join(os.path.dirname(zipccl.__file__), "_zipccl.pyi")
+    tree = ast.parse(open(stub).read())
+    declared = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    present = {n for n in dir(_zipccl) if not n.startswith("_")}
+    assert declared == present
+    assert os.path.isfile(os.path.join(os.path.dirname(zipccl.__file__), "py.typed"))
