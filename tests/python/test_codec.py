@@ -9,11 +9,14 @@ import pytest
 
 import zipccl
 
-torch = pytest.importorskip("torch")
+try:
+    import torch
+except ImportError:  # the codec's tests need no torch; the tensor test is skipped
+    torch = None
 
 SIZES = [0, 1, 7, 1023, 16385, 100003]  # elements: empty, tiny, one short block, several blocks
 NP_TYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "fp32": np.float32}
-TORCH_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+TORCH_TYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def gradient_like(n, dtype, seed=0):
@@ -43,7 +46,9 @@ def test_numpy_round_trip_and_same_frames_as_the_tool(name, n, tool_compress):
 
 @pytest.mark.parametrize("name", TORCH_TYPES)
 def test_torch_cpu_tensors_in_and_out(name):
-    t = torch.randn(37, 129).to(TORCH_TYPES[name])
+    if torch is None:
+        pytest.skip("torch is not installed")
+    t = torch.randn(37, 129).to(getattr(torch, TORCH_TYPES[name]))
     frame = zipccl.compress(t)
     assert frame == zipccl.compress(t.view(-1).view(torch.uint8).numpy(), dtype=name)
     out = torch.empty_like(t)

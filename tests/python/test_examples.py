@@ -11,6 +11,7 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", 
 
 
 def test_codec_example():
+    pytest.importorskip("torch")
     r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "codec.py")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "(1.50" in r.stdout and "FormatError: frame 0 at byte 0" in r.stdout
