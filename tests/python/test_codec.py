@@ -81,6 +81,17 @@ def test_bytes_like_inputs_and_outputs(tool_compress):
         zipccl.compress(12345)
 
 
+def test_compress_into_a_reused_buffer_writes_the_same_frames():
+    x = gradient_like(70000, ml_dtypes.bfloat16)
+    out = bytearray(zipccl.max_compressed_size(x.nbytes))
+    n = zipccl.compress_into(x, out)
+    assert bytes(out[:n]) == zipccl.compress(x)
+    assert zipccl.compress_into(x[:1000], out) == len(zipccl.compress(x[:1000]))
+    with pytest.raises(ValueError, match="max_compressed_size"):
+        zipccl.compress_into(x, bytearray(x.nbytes))
+    assert zipccl.max_compressed_size(3 << 26) > 3 << 26  # three frames' bounds
+
+
 def test_explicit_dtype_and_options_give_the_tools_frames(tool_compress):
     x = gradient_like(50000, np.float32)
     raw = x.view(np.uint8)

@@ -89,7 +89,7 @@ void check_threads(int threads) {
   if (threads < 1 || threads > 1024) throw std::invalid_argument("threads must be 1..1024, not " + std::to_string(threads));
 }
 
-nb::bytes compress(nb::handle src, int type, int block_log2, int threads, const std::string& isa) {
+codec::EncodeOptions encode_options(int type, int block_log2, int threads, const std::string& isa) {
   check_threads(threads);
   if (block_log2 != 0 && (block_log2 < 10 || block_log2 > 14))
     throw std::invalid_argument("block_log2 must be 0 (default) or 10..14, not " + std::to_string(block_log2));
@@ -98,43 +98,61 @@ nb::bytes compress(nb::handle src, int type, int block_log2, int threads, const 
   opt.block_log2 = block_log2;
   opt.threads = threads;
   opt.isa = isa_of(isa);
-  Buffer in(src, false);
-  const size_t n = in.size();
-  size_t cap = 0;
-  for (size_t off = 0; off < n || (n == 0 && off == 0); off += kFrameInput) {
-    cap += codec::max_encoded_size(std::min(kFrameInput, n - off));
-    if (n == 0) break;
-  }
-  PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(cap));
-  if (!out) throw nb::python_error();
-  nb::object owner = nb::steal(out);
-  uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out));
-  size_t written = 0;
+  return opt;
+}
+
+// The bound of the whole stream that compress writes for n bytes (an empty input is one frame).
+size_t stream_bound(size_t n) {
+  size_t cap = codec::max_encoded_size(std::min(kFrameInput, n));
+  for (size_t off = kFrameInput; off < n; off += kFrameInput) cap += codec::max_encoded_size(std::min(kFrameInput, n - off));
+  return cap;
+}
+
+// Encodes src into dst[0, cap) as `zipccl compress` cuts it, without the GIL (the caller holds
+// both buffers); returns the bytes written or raises.
+size_t encode_stream(const uint8_t* src, size_t n, uint8_t* dst, size_t cap, const codec::EncodeOptions& opt) {
+  size_t written = 0, off = 0;
   codec::Status st = codec::Status::kOk;
-  size_t failed_at = 0;
   {
-    // The bytes object is not yet visible to any other thread: writing it without the GIL is safe.
     nb::gil_scoped_release unlocked;
-    size_t off = 0;
     do {
       const size_t len = std::min(kFrameInput, n - off);
       size_t frame = 0;
-      st = codec::encode(in.data() + off, len, dst + written, cap - written, &frame, opt);
-      if (st != codec::Status::kOk) {
-        failed_at = off;
-        break;
-      }
+      st = codec::encode(src + off, len, dst + written, cap - written, &frame, opt);
+      if (st != codec::Status::kOk) break;
       written += frame;
       off += len;
     } while (off < n);
   }
-  if (st != codec::Status::kOk) raise_status(st, "compress (input byte " + std::to_string(failed_at) + ")");
-  if (_PyBytes_Resize(&out, static_cast<Py_ssize_t>(written)) != 0) {
-    owner.release();  // _PyBytes_Resize has freed it
-    throw nb::python_error();
-  }
+  if (st != codec::Status::kOk) raise_status(st, "compress (input byte " + std::to_string(off) + ")");
+  return written;
+}
+
+nb::bytes compress(nb::handle src, int type, int block_log2, int threads, const std::string& isa) {
+  const codec::EncodeOptions opt = encode_options(type, block_log2, threads, isa);
+  Buffer in(src, false);
+  const size_t cap = stream_bound(in.size());
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(cap));
+  if (!out) throw nb::python_error();
+  nb::object owner = nb::steal(out);
+  // The bytes object is not yet visible to any other thread: writing it without the GIL is safe.
+  const size_t written = encode_stream(in.data(), in.size(), reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out)), cap, opt);
   owner.release();
+  if (_PyBytes_Resize(&out, static_cast<Py_ssize_t>(written)) != 0) throw nb::python_error();  // it freed out
   return nb::steal<nb::bytes>(out);
+}
+
+// compress into a caller's buffer of at least max_compressed_size(n) bytes: a loop that reuses
+// its buffer does not pay for first touches of fresh memory on every call.
+size_t compress_into(nb::handle src, nb::handle dst, int type, int block_log2, int threads, const std::string& isa) {
+  const codec::EncodeOptions opt = encode_options(type, block_log2, threads, isa);
+  Buffer in(src, false);
+  Buffer out(dst, true);
+  const size_t cap = stream_bound(in.size());
+  if (out.size() < cap)
+    throw std::invalid_argument("out holds " + std::to_string(out.size()) + " bytes; compressing " +
+                                std::to_string(in.size()) + " bytes needs max_compressed_size() = " + std::to_string(cap));
+  return encode_stream(in.data(), in.size(), out.data(), out.size(), opt);
 }
 
 using FrameTuple = std::tuple<int, int, uint64_t, uint64_t, uint32_t, uint32_t>;
@@ -402,7 +420,9 @@ NB_MODULE(_zipccl, m) {
   m.def("frames", &frames, nb::arg("src"));
   m.def("decompress_into", &decompress_into, nb::arg("src"), nb::arg("dst"), nb::arg("threads"), nb::arg("isa"));
   m.def("inspect", &inspect, nb::arg("src"), nb::arg("type"), nb::arg("threads"));
-  m.def("max_compressed_size", [](size_t n) { return codec::max_encoded_size(n); });
+  m.def("compress_into", &compress_into, nb::arg("src"), nb::arg("dst"), nb::arg("type"), nb::arg("block_log2"),
+        nb::arg("threads"), nb::arg("isa"));
+  m.def("max_compressed_size", &stream_bound, nb::arg("n"));
   m.def("simd_path", [] { return std::string(codec::simd_path()); });
   m.def("cpu_features", &codec::cpu_features);
   m.def("version", [] { return std::string(zipccl::version_string()); });
