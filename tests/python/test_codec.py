@@ -180,3 +180,14 @@ def test_inspect_reports_the_tools_figures():
     assert 0 < r["entropy_bits"] < 16 and r["predicted_bytes"] < x.nbytes
     assert zipccl.inspect(np.zeros(1000, np.float32))["frame_kind"] == "const"
     assert zipccl.inspect(bytes(100))["type_detected"]
+
+
+def test_contiguous_inputs_are_read_in_place():
+    from zipccl._codec import _readable
+
+    x = gradient_like(4096, ml_dtypes.bfloat16).reshape(64, 64)
+    assert _readable(x)[0].ctypes.data == x.ctypes.data
+    if torch is not None:
+        t = torch.randn(64, 64).bfloat16()
+        view, kind = _readable(t)
+        assert kind == "bf16" and view.ctypes.data == t.data_ptr() and view.nbytes == t.numel() * 2
