@@ -15,7 +15,7 @@ import zipccl
 NCCL_LIKE_LOADER = r"""
 import ctypes, os, sys
 lib = ctypes.CDLL(os.environ["NCCL_NET_PLUGIN"], mode=os.RTLD_NOW | os.RTLD_LOCAL)
-for version in (11, 10, 9, 8, 7):
+for version in (12, 11, 10, 9, 8, 7):
     try:
         table = ctypes.c_void_p.in_dll(lib, f"ncclNetPlugin_v{version}")
         break
@@ -23,17 +23,19 @@ for version in (11, 10, 9, 8, 7):
         continue
 else:
     sys.exit("no ncclNetPlugin_v* table")
-# v8 and later: { const char* name; init(ncclDebugLogger_t); devices(int*); ... }
+# Every version from v7: { const char* name; init(...); devices(int*); ... }
 fields = (ctypes.c_void_p * 3).from_address(ctypes.addressof(table))
 name = ctypes.string_at(fields[0]).decode()
 Logger = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p)
 logger = Logger(lambda *a: None)
-if version >= 10:  # init(void** ctx, uint64_t commId, ncclNetCommConfig_t* config, logger, profiler)
+if version >= 11:  # init(void** ctx, uint64_t commId, ncclNetCommConfig_t* config, logger, profiler)
     init = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64, ctypes.c_void_p,
                             Logger, ctypes.c_void_p)(fields[1])
     ctx = ctypes.c_void_p()
     rc = init(ctypes.byref(ctx), 1, None, logger, None)
-else:
+elif version == 10:  # init(logger, profiler)
+    rc = ctypes.CFUNCTYPE(ctypes.c_int, Logger, ctypes.c_void_p)(fields[1])(logger, None)
+else:  # init(logger)
     rc = ctypes.CFUNCTYPE(ctypes.c_int, Logger)(fields[1])(logger)
 n = ctypes.c_int(-1)
 rc2 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(fields[2])(ctypes.byref(n))
@@ -73,7 +75,7 @@ def test_a_fresh_process_loading_the_plugin_as_nccl_does_finds_zipccl(clean_env)
     r = subprocess.run([sys.executable, "-c", NCCL_LIKE_LOADER], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     name, version, init, devices, ndev = r.stdout.split()
-    assert name == "zipccl" and version == "v11"
+    assert name == "zipccl" and int(version[1:]) >= 11  # the newest table NCCL 2.27+ looks for
     assert init == "init=0" and devices == "devices=0" and int(ndev.split("=")[1]) >= 1
 
 
@@ -127,8 +129,9 @@ def test_stats_reads_the_plugins_records_from_a_real_run(clean_env):
     stats = clean_env / "stats.jsonl"
     zipccl.enable("always", stats_file=str(stats))
     assert zipccl.stats() == []
-    # Two processes send 1 MiB messages through the wheel's plugin (the tool's perf driver).
-    r = subprocess.run([sys.executable, "-m", "zipccl", "perf", "--plugin", zipccl.plugin_path(), "--modes", "always",
+    # Two processes send 1 MiB messages through the wheel's plugin (the tool's perf driver; raw
+    # messages: what is tested here is the statistics file, the codec has its own tests).
+    r = subprocess.run([sys.executable, "-m", "zipccl", "perf", "--plugin", zipccl.plugin_path(), "--modes", "never",
                         "--seconds", "0.3", "--size", "1M", "--no-baseline"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
