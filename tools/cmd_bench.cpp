@@ -59,7 +59,8 @@ struct Options {
   bool json = false;
   bool per_tensor = false;
   bool baselines = true;
-  codec::Isa isa = codec::Isa::kAuto;  // --isa; --scalar: kScalar
+  codec::Isa isa = codec::Isa::kAuto;  // --isa; --scalar: kScalar; else ZIPCCL_CODEC_ISA
+  bool isa_given = false;              // by --isa or --scalar
   bool gpu = false;   // the CUDA codec instead of the CPU's
   int gpu_sms = 16;   // the bounded-grid column of --gpu
   std::vector<std::string> sets;
@@ -437,7 +438,7 @@ std::string cpu_model() {
 void print_header(const Options& o, int all_threads, size_t count) {
   std::printf("zipccl bench: %zu input%s; codec kernels %s%s; best of %d; %s, %u hardware threads\n", count,
               count == 1 ? "" : "s", codec::isa_name(codec::effective_isa(o.isa)),
-              o.isa == codec::Isa::kAuto ? "" : " (--isa)", o.reps,
+              o.isa == codec::Isa::kAuto ? "" : o.isa_given ? " (--isa)" : " (ZIPCCL_CODEC_ISA)", o.reps,
               cpu_model().c_str(), std::thread::hardware_concurrency());
   if (!ZIPCCL_HAVE_BASELINES && o.baselines) std::printf("(built without libzstd/liblz4: no zstd or lz4 baselines)\n");
   std::printf(
@@ -671,9 +672,11 @@ int parse_args(int argc, char** argv, Options* o) {
       o->baselines = false;
     } else if (a == "--scalar") {
       o->isa = codec::Isa::kScalar;
+      o->isa_given = true;
     } else if (key == "--isa") {
       if (!value(&v)) return bad("needs a kernel set (auto, avx512, avx2, neon, scalar)");
       if (!parse_isa_option("bench", v, &o->isa)) return 2;
+      o->isa_given = true;
     } else if (a == "--gpu") {
       o->gpu = true;
     } else if (key == "--gpu-sms") {
@@ -685,10 +688,11 @@ int parse_args(int argc, char** argv, Options* o) {
       o->files.push_back(a);
     }
   }
-  if (o->gpu && (o->json || o->isa != codec::Isa::kAuto || o->per_tensor)) {
+  if (o->gpu && (o->json || o->isa_given || o->per_tensor)) {
     std::fprintf(stderr, "zipccl bench: --gpu does not go with --json, --isa, --scalar or --per-tensor\n");
     return 2;
   }
+  if (!o->isa_given && !o->gpu && !isa_from_environment("bench", &o->isa)) return 2;
   if (!o->files.empty() && !o->sets.empty()) {
     std::fprintf(stderr, "zipccl bench: --sets selects built-in sets; it does not go with files\n");
     return 2;

@@ -194,6 +194,7 @@ int check_args(const char* cmd, bool compress, const std::vector<std::string>& p
 int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o) {
   std::vector<std::string> pos;
   bool only_positional = false;
+  if (!isa_from_environment(cmd, &o->isa)) return kExitUsage;
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     if (only_positional || a[0] != '-' || !std::strcmp(a, "-")) {

@@ -145,6 +145,26 @@ TEST_F(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(zipccl("compress --help"), 0);
 }
 
+// ZIPCCL_CODEC_ISA forces the tool's kernel set as it does the plugin's; --isa overrides it; a name
+// that is no set is a usage error naming the variable. Frames are the same bytes whichever set.
+TEST_F(Cli, CodecIsaVariableChoosesTheKernelSet) {
+  auto with_isa = [this](const std::string& isa, const std::string& args) {
+    const int st = run_here("env ZIPCCL_CODEC_ISA=" + isa + " '" ZIPCCL_BIN "' " + args + " 2> stderr.txt");
+    stderr_ = read_text("stderr.txt");
+    return st;
+  };
+  write("g.bin", gaussian_bf16(300000, 5));
+  ASSERT_EQ(zipccl("compress -v g.bin auto.zc"), 0) << stderr_;
+  ASSERT_EQ(with_isa("scalar", "compress -v g.bin scalar.zc"), 0) << stderr_;
+  EXPECT_NE(stderr_.find("scalar kernels"), std::string::npos) << stderr_;
+  EXPECT_TRUE(read("auto.zc") == read("scalar.zc"));
+  ASSERT_EQ(with_isa("scalar", "compress -v --isa auto g.bin again.zc"), 0);
+  EXPECT_EQ(stderr_.find("scalar kernels"), std::string::npos) << "--isa auto did not override: " << stderr_;
+  EXPECT_EQ(with_isa("avx9", "decompress scalar.zc out.bin"), 2);
+  EXPECT_NE(stderr_.find("ZIPCCL_CODEC_ISA takes"), std::string::npos) << stderr_;
+  EXPECT_EQ(with_isa("avx9", "bench --sets gauss-bf16-s1e-3 --reps 1"), 2);
+}
+
 TEST_F(Cli, MissingInputFailsCleanly) {
   EXPECT_EQ(zipccl("compress no-such-file out.zc"), 1);
   EXPECT_NE(stderr_.find("No such file"), std::string::npos) << stderr_;
