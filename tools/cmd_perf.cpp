@@ -420,11 +420,16 @@ std::string open_plugin(const Options& o, Plugin* p, int* abi) {
 
 // The receiver's window: up to `inflight` receives posted, each completed one checked bit for bit
 // against the pool; goodput counts from the third message on. Ends at the sender's 0-byte marker.
-std::string receive_all(Child& c, Plugin& p, void* rc, Result* r) {
+// The receives posted after the sender's end marker stay posted (the net ABI cannot cancel them) until
+// the comm closes, so `bufs` belongs to the caller and must outlive close_recv: the plugin may still
+// be working on them (a decode worker writing into a freed buffer crashed the receiver).
+std::string receive_all(Child& c, Plugin& p, void* rc, std::vector<std::vector<uint8_t>>* buffers,
+                        Result* r) {
   const Options& o = *c.opt;
   net_client::Net& net = *p.net;
   const size_t k = c.pool->size() / o.size;
-  std::vector<std::vector<uint8_t>> bufs(o.inflight, std::vector<uint8_t>(o.size));
+  std::vector<std::vector<uint8_t>>& bufs = *buffers;
+  bufs.assign(o.inflight, std::vector<uint8_t>(o.size));
   std::vector<void*> mh(o.inflight, nullptr), req(o.inflight, nullptr);
   std::vector<uint64_t> idx(o.inflight, 0);
   for (int i = 0; i < o.inflight; ++i) net.reg_mr(rc, bufs[i].data(), o.size, NCCL_PTR_HOST, &mh[i]);
@@ -491,7 +496,8 @@ std::string run_receiver(Child& c, Plugin& p, Result* r) {
     if (p.net->accept(lc, &rc, &dev_handle) != ncclSuccess) return "accept failed";
     if (Clock::now() > deadline) return "accept timed out";
   }
-  std::string error = receive_all(c, p, rc, r);
+  std::vector<std::vector<uint8_t>> bufs;
+  std::string error = receive_all(c, p, rc, &bufs, r);
   if (!error.empty()) return error;
   p.net->close_recv(rc);
   p.net->close_listen(lc);
