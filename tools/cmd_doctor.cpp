@@ -31,9 +31,9 @@
 #include "nccl/net_v7.h"
 #include "nccl/net_v8.h"
 #include "nccl/net_v9.h"
-#include "src/net.h"
-#include "src/settings.h"
-#include "src/version.h"
+#include "abi/net.h"
+#include "common/settings.h"
+#include "common/version.h"
 
 namespace zipccl {
 namespace tools {

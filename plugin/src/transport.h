@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../nccl/net_common.h"
+#include "nccl/net_common.h"
 
 namespace zipccl {
 namespace net {

@@ -23,12 +23,12 @@
 #include <vector>
 
 #include "plugin_data.h"
-#include "src/comm.h"
-#include "src/frame.h"
-#include "src/gpu_path.h"
-#include "src/log.h"
-#include "src/settings.h"
-#include "src/worker_pool.h"
+#include "layer/comm.h"
+#include "layer/frame.h"
+#include "gpu/gpu_path.h"
+#include "common/log.h"
+#include "common/settings.h"
+#include "layer/worker_pool.h"
 
 using namespace zipccl::net;
 using zipccl_test::DataKind;

@@ -13,8 +13,8 @@
 
 #include "plugin_data.h"
 #include "plugin_driver.h"
-#include "src/frame.h"
-#include "src/socket_wire.h"
+#include "layer/frame.h"
+#include "socket/socket_wire.h"
 #include "zipccl/codec.h"
 
 using namespace zipccl_test;

@@ -5,10 +5,10 @@
 
 #include <cstring>
 
-#include "src/frame.h"
-#include "src/policy.h"
-#include "src/settings.h"
-#include "src/socket_iface.h"
+#include "layer/frame.h"
+#include "layer/policy.h"
+#include "common/settings.h"
+#include "socket/socket_iface.h"
 
 using namespace zipccl::net;
 
