@@ -128,14 +128,5 @@ class Transport {
   virtual ncclResult_t connect(int dev, void* handle, SendConn** conn) = 0;
 };
 
-// The socket transport (TCP, several streams per connection). Reads NCCL_SOCKET_IFNAME and
-// NCCL_SOCKET_FAMILY once. Returns nullptr (with a WARN) when no usable interface exists.
-Transport* socket_transport();
-// The RDMA transport (libibverbs, loaded at run time; RC queue pairs). Reads NCCL_IB_HCA,
-// NCCL_IB_GID_INDEX, NCCL_IB_TC/SL/TIMEOUT/RETRY_CNT (through the settings registry) and, for its
-// connection side channel, NCCL_SOCKET_IFNAME once. Has zero devices
-// (INFO says why) when libibverbs, an active port or a side-channel interface is missing.
-Transport* rdma_transport();
-
 }  // namespace net
 }  // namespace zipccl

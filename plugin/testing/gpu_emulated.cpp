@@ -1,4 +1,4 @@
-// Host emulation of the device operations, for tests on machines without a GPU (ZIPCCL_GPU=emulate).
+// Host emulation of the device operations, for tests on machines without a GPU (ZIPCCL_GPU_EMULATE=1).
 // "Device memory" is host memory; each stream is a helper thread that runs its work in order, each item
 // after ZIPCCL_GPU_EMULATE_DELAY_US, so a pipeline that reads a buffer before its copy finished, or
 // reports completion before the decode, fails its tests (and shows under TSan). The codec is the CPU
@@ -9,6 +9,7 @@
 // tests catch an allocation or a module load on the data path, which the CPU cannot feel.
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -17,7 +18,8 @@
 #include <new>
 #include <thread>
 
-#include "gpu/gpu_path.h"
+#include "testing/gpu_emulated.h"
+
 #include "common/log.h"
 #include "common/settings.h"
 
@@ -56,7 +58,7 @@ struct EmuEvent {
 
 class EmulatedOps final : public DeviceOps {
  public:
-  EmulatedOps() : delay_us_(settings().gpu_emulate_delay_us), fail_every_(settings().gpu_emulate_fail_every) {}
+  EmulatedOps() : delay_us_(emulation_settings().delay_us), fail_every_(emulation_settings().fail_every) {}
   const char* name() const override { return "host emulation (tests)"; }
   int device_of(const void*) override { return 0; }
   ncclResult_t make_current(int) override { return sticky("cudaSetDevice"); }
@@ -292,6 +294,51 @@ void emulated_fault(uint64_t after, bool sticky) {
 DeviceOps* emulated_ops() {
   static EmulatedOps* ops = new EmulatedOps;  // lives as long as the process (the plugin is nodelete)
   return ops;
+}
+
+}  // namespace gpu
+}  // namespace net
+}  // namespace zipccl
+
+namespace zipccl {
+namespace net {
+namespace gpu {
+namespace {
+
+// A test setting: an integer in [lo, hi] from the environment, else `fallback` (with a message).
+int test_setting(const char* name, long lo, long hi, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (end == v || *end || x < lo || x > hi) {
+    std::fprintf(stderr, "%s='%s' is not an integer in [%ld, %ld]; using %d\n", name, v, lo, hi, fallback);
+    return fallback;
+  }
+  return static_cast<int>(x);
+}
+
+// The test doubles offer the emulation as the process's device operations; it is taken at the first
+// device_ops() when ZIPCCL_GPU_EMULATE=1 (read then: the tests' main sets the environment after
+// static initialisation).
+DeviceOps* emulation_if_enabled() { return emulation_settings().enabled ? emulated_ops() : nullptr; }
+const bool g_registered = [] {
+  set_device_ops_factory(emulation_if_enabled,
+                         "ZIPCCL_GPU_EMULATE=1: device buffers are host memory handled by a test emulation");
+  return true;
+}();
+
+}  // namespace
+
+const EmulationSettings& emulation_settings() {
+  static const EmulationSettings s = [] {
+    EmulationSettings e;
+    e.enabled = test_setting("ZIPCCL_GPU_EMULATE", 0, 1, 0) != 0;
+    e.delay_us = test_setting("ZIPCCL_GPU_EMULATE_DELAY_US", 0, 1000000, 0);
+    e.fail_every = test_setting("ZIPCCL_GPU_EMULATE_FAIL_EVERY", 0, 1 << 30, 0);
+    return e;
+  }();
+  return s;
 }
 
 }  // namespace gpu

@@ -9,6 +9,7 @@
 #include "gpu/gpu_path.h"
 #include "common/log.h"
 #include "abi/net_mr.h"
+#include "abi/transports.h"
 #include "common/settings.h"
 #include "transport.h"
 #include "common/version.h"
@@ -65,25 +66,6 @@ ncclResult_t ready() {
   return ncclSuccess;
 }
 
-// ZIPCCL_TRANSPORT: auto = RDMA when an active port exists, else sockets; ib = RDMA, or sockets with
-// a WARN when there is no port; socket = sockets.
-Transport* pick_transport() {
-  const std::string want = settings().transport;  // validated by the registry
-#ifndef ZIPCCL_NO_RDMA
-  if (want != "socket") {
-    Transport* rdma = rdma_transport();
-    if (rdma->device_count() > 0) return rdma;
-    if (want == "ib") {
-      ZIPCCL_WARN(
-          "ZIPCCL_TRANSPORT=ib but no usable RDMA port (see the INFO lines); using the socket transport");
-    }
-  }
-#else
-  if (want == "ib") ZIPCCL_WARN("ZIPCCL_TRANSPORT=ib but this build has no RDMA transport; using sockets");
-#endif
-  return socket_transport();
-}
-
 }  // namespace
 
 ncclResult_t net_init(ncclDebugLogger_t logger) {
@@ -93,7 +75,7 @@ ncclResult_t net_init(ncclDebugLogger_t logger) {
   // First, so that a bug report's log says which build it came from (zipccl doctor reads it back).
   ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "zipccl %s", version_string());
   log_settings_once();
-  Transport* t = pick_transport();
+  Transport* t = pick_transport(settings().transport);
   if (!t) return ncclSystemError;
   std::vector<DeviceInfo> devs(t->device_count());
   for (int i = 0; i < t->device_count(); ++i) ZIPCCL_CHECK(t->device_info(i, &devs[i]));

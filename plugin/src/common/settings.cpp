@@ -4,31 +4,186 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
-#include "rdma/rdma_select.h"  // NCCL_IB_* ranges
+#include "common/units.h"
 
 namespace zipccl {
 namespace net {
 namespace {
 
-enum class Kind { kBytes, kInt, kDouble, kString, kCompress, kDtype, kTransport, kGpuMode, kGpuLanding, kCodecIsa };
-
-struct Entry {
-  const char* name;
-  Kind kind;
-  const char* doc;
-  void* field;
-  long lo, hi;  // kInt / kBytes bounds
-  // The default in words, where it depends on the machine.
-  const char* default_doc = nullptr;
+// The names of a choice's values, in the enum's order.
+template <typename E>
+struct ChoiceNames;
+template <>
+struct ChoiceNames<CompressMode> {
+  static constexpr const char* kNames[] = {"auto", "always", "never"};
+};
+template <>
+struct ChoiceNames<DtypeHint> {
+  static constexpr const char* kNames[] = {"auto", "bf16", "fp16", "fp32"};
+};
+template <>
+struct ChoiceNames<TransportChoice> {
+  static constexpr const char* kNames[] = {"socket", "ib", "auto"};
+};
+template <>
+struct ChoiceNames<GpuMode> {
+  static constexpr const char* kNames[] = {"off", "on", "auto"};
+};
+template <>
+struct ChoiceNames<GpuLanding> {
+  static constexpr const char* kNames[] = {"ordered", "marked"};
 };
 
+template <typename E>
+const char* choice_name(E v) {
+  const auto i = static_cast<size_t>(v);
+  return i < std::size(ChoiceNames<E>::kNames) ? ChoiceNames<E>::kNames[i] : "?";
+}
+
+template <typename E>
+std::string choice_values() {
+  std::string out;
+  for (const char* n : ChoiceNames<E>::kNames) out += (out.empty() ? "" : "|") + std::string(n);
+  return out;
+}
+
+// One setting: its name, what it accepts, its doc line, and how to read and show its field. The
+// typed constructors below are the only way to make one, so a field and its parser always agree.
+struct Entry {
+  const char* name;
+  std::string values;  // what it accepts, for doctor and the README
+  const char* doc;
+  // Sets the field from the environment's text, or returns false with what it accepts ("a size in
+  // range") and leaves the field as it was.
+  std::function<bool(const char* text, std::string* expected)> parse;
+  std::function<std::string()> show;
+  const char* default_doc = nullptr;  // the default in words, where it depends on the machine
+};
+
+template <typename E>
+Entry choice(const char* name, E* field, const char* doc) {
+  const std::string values = choice_values<E>();
+  return {name, values, doc,
+          [field, values](const char* v, std::string* expected) {
+            for (size_t i = 0; i < std::size(ChoiceNames<E>::kNames); ++i) {
+              if (std::strcmp(v, ChoiceNames<E>::kNames[i]) == 0) {
+                *field = static_cast<E>(i);
+                return true;
+              }
+            }
+            *expected = "one of " + values;
+            return false;
+          },
+          [field] { return std::string(choice_name(*field)); }};
+}
+
+Entry size(const char* name, uint64_t* field, uint64_t lo, uint64_t hi, const char* doc) {
+  return {name, "size " + units::format_size(lo) + ".." + units::format_size(hi), doc,
+          [=](const char* v, std::string* expected) {
+            uint64_t x;
+            std::string why;
+            if (!units::parse_size(v, &x, &why)) {
+              // A malformed number reads as "not a size"; say why only when the number was one.
+              *expected = why == "no number" ? "a size in range" : "a size in range (" + why + ")";
+              return false;
+            }
+            if (x < lo || x > hi) {
+              *expected = "a size in range";
+              return false;
+            }
+            *field = x;
+            return true;
+          },
+          [field] { return units::format_size(*field); }};
+}
+
+bool parse_long(const char* v, long lo, long hi, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi) return false;
+  *out = x;
+  return true;
+}
+
+Entry integer(const char* name, int* field, long lo, long hi, const char* doc, const char* default_doc = nullptr) {
+  return {name, "integer " + std::to_string(lo) + ".." + std::to_string(hi), doc,
+          [=](const char* v, std::string* expected) {
+            long x;
+            if (!parse_long(v, lo, hi, &x)) {
+              *expected = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+              return false;
+            }
+            *field = static_cast<int>(x);
+            return true;
+          },
+          [field] { return std::to_string(*field); }, default_doc};
+}
+
+// A duration in milliseconds: a bare number is milliseconds; "30s", "1.5m" are accepted too.
+Entry millis(const char* name, int* field, long lo, long hi, const char* doc) {
+  return {name, "duration " + std::to_string(lo) + ".." + std::to_string(hi) + " ms", doc,
+          [=](const char* v, std::string* expected) {
+            uint64_t x;
+            std::string why;
+            if (!units::parse_duration(v, units::kMilliseconds, &x, &why) || x < static_cast<uint64_t>(lo) ||
+                x > static_cast<uint64_t>(hi)) {
+              *expected = "a duration in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] ms";
+              return false;
+            }
+            *field = static_cast<int>(x);
+            return true;
+          },
+          [field] { return std::to_string(*field); }};
+}
+
+Entry number(const char* name, double* field, const char* doc) {
+  return {name, "number >= 0", doc,
+          [field](const char* v, std::string* expected) {
+            char* end = nullptr;
+            const double x = std::strtod(v, &end);
+            if (end == v || *end || !(x >= 0)) {
+              *expected = "a non-negative number";
+              return false;
+            }
+            *field = x;
+            return true;
+          },
+          [field] {
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%g", *field);
+            return std::string(buf);
+          }};
+}
+
+Entry text(const char* name, std::string* field, const char* doc) {
+  return {name, "string", doc,
+          [field](const char* v, std::string*) {
+            *field = v;
+            return true;
+          },
+          [field] { return *field; }};
+}
+
 constexpr const char* kIsaValues = "auto|avx512|avx2|neon|scalar";
+
+Entry isa(const char* name, codec::Isa* field, const char* doc) {
+  return {name, kIsaValues, doc,
+          [field](const char* v, std::string* expected) {
+            if (codec::parse_isa(v, field)) return true;
+            *expected = std::string("one of ") + kIsaValues;
+            return false;
+          },
+          [field] { return std::string(codec::isa_name(*field)); }};
+}
 
 Settings g_settings;
 std::vector<std::string> g_messages;  // parse warnings, logged once the logger is known
@@ -37,184 +192,44 @@ std::map<std::string, std::string> g_problems;  // setting name -> why its value
 
 std::vector<Entry> registry(Settings* s) {
   return {
-      {"ZIPCCL_COMPRESS", Kind::kCompress, "auto|always|never: compress host messages", &s->compress, 0, 0},
-      {"ZIPCCL_MIN_BYTES", Kind::kBytes, "messages smaller than this always go raw", &s->min_bytes, 0,
-       1L << 40},
-      {"ZIPCCL_DTYPE", Kind::kDtype, "auto|bf16|fp16|fp32: element type of the traffic", &s->dtype, 0, 0},
-      {"ZIPCCL_SOCKET_NTHREADS", Kind::kInt, "helper threads per connection", &s->socket_nthreads, 1, 16},
-      {"ZIPCCL_NSOCKS_PERTHREAD", Kind::kInt, "TCP streams per helper thread", &s->nsocks_per_thread, 1, 16},
-      {"ZIPCCL_MIN_CHUNK_BYTES", Kind::kBytes, "smallest piece a message is split into across streams",
-       &s->min_chunk_bytes, 4096, 1L << 30},
-      {"ZIPCCL_INLINE_BYTES", Kind::kBytes, "payloads up to this size travel on the control stream",
-       &s->inline_bytes, 0, 1L << 20},
-      {"ZIPCCL_WORKERS", Kind::kInt, "codec worker threads (process-wide)", &s->workers, 1, 64,
-       "half the cores, 1..4"},
-      {"ZIPCCL_CODEC_ISA", Kind::kCodecIsa,
-       "CPU kernel set of the codec (one the CPU lacks: a WARN and the fastest it has)",
-       &s->codec_isa, 0, 0},
-      {"ZIPCCL_SEGMENT_BYTES", Kind::kBytes,
-       "messages larger than this go as several frames so encode, copy and transmit overlap (0: off; 4KiB "
-       "multiples; TCP only)",
-       &s->segment_bytes, 0, 1L << 30},
-      {"ZIPCCL_MAX_REQUESTS", Kind::kInt, "requests in flight per comm", &s->max_requests, 32, 4096},
-      {"ZIPCCL_STATS_FILE", Kind::kString, "append per-connection statistics as JSON lines", &s->stats_file,
-       0, 0},
-      {"ZIPCCL_LINK_GBPS", Kind::kDouble, "link speed for the auto policy in Gbit/s (0: measure)",
-       &s->link_gbps, 0, 0},
-      {"ZIPCCL_PROBE_INTERVAL", Kind::kInt, "auto: sample the codec every N raw messages (backs off)",
-       &s->probe_interval, 2, 1 << 20},
-      {"ZIPCCL_CONNECT_TIMEOUT_MS", Kind::kInt, "connect/accept handshake timeout", &s->connect_timeout_ms,
-       100, 3600000},
-      {"ZIPCCL_IO_TIMEOUT_MS", Kind::kInt, "fail a transfer that makes no progress this long (0: never)",
-       &s->io_timeout_ms, 0, 3600000},
-      {"ZIPCCL_TRANSPORT", Kind::kTransport,
-       "socket|ib|auto: ib = RDMA verbs, opt-in until validated on RDMA hardware (auto: ib when an active "
-       "port exists)",
-       &s->transport, 0, 0},
-      {"ZIPCCL_IB_QPS", Kind::kInt, "RC queue pairs per RDMA connection", &s->ib_qps, 1, 8},
-      {"NCCL_IB_TC", Kind::kInt, "RDMA: traffic class of the queue pairs (GRH)", &s->ib_tc, 0, kIbTcMax},
-      {"NCCL_IB_SL", Kind::kInt, "RDMA: service level of the queue pairs", &s->ib_sl, 0, kIbSlMax},
-      {"NCCL_IB_TIMEOUT", Kind::kInt, "RDMA: ACK timeout, 4.096 us * 2^N per try (0 = infinite: refused)",
-       &s->ib_timeout, kIbTimeoutMin, kIbTimeoutMax},
-      {"NCCL_IB_RETRY_CNT", Kind::kInt, "RDMA: retries before a transport error", &s->ib_retry_cnt, 0,
-       kIbRetryCntMax},
-      {"ZIPCCL_GPU", Kind::kGpuMode,
-       "off|on|auto|emulate: device buffers (NCCL_PTR_CUDA) through the CUDA codec; opt-in (on) until the "
-       "device checks pass on a GPU (auto: on where usable, silently; emulate: tests only)",
-       &s->gpu, 0, 0},
-      {"ZIPCCL_GPU_MAX_SMS", Kind::kInt, "GPU path: SMs the codec kernels may fill (0: all)", &s->gpu_max_sms,
-       0, 4096},
-      {"ZIPCCL_GPU_LANDING", Kind::kGpuLanding,
-       "ordered|marked: device receives land each 128-byte line flag-last (LL128), all or only NCCL-marked",
-       &s->gpu_landing, 0, 0},
-      {"ZIPCCL_GPU_EMULATE_DELAY_US", Kind::kInt, "tests: delay of each emulated device operation",
-       &s->gpu_emulate_delay_us, 0, 1000000},
-      {"ZIPCCL_GPU_EMULATE_FAIL_EVERY", Kind::kInt, "tests: every Nth emulated encode/decode fails (0: none)",
-       &s->gpu_emulate_fail_every, 0, 1 << 30},
+      choice("ZIPCCL_COMPRESS", &s->compress, "auto|always|never: compress host messages"),
+      size("ZIPCCL_MIN_BYTES", &s->min_bytes, 0, 1ull << 40, "messages smaller than this always go raw"),
+      choice("ZIPCCL_DTYPE", &s->dtype, "auto|bf16|fp16|fp32: element type of the traffic"),
+      integer("ZIPCCL_SOCKET_NTHREADS", &s->socket_nthreads, 1, 16, "helper threads per connection"),
+      integer("ZIPCCL_NSOCKS_PERTHREAD", &s->nsocks_per_thread, 1, 16, "TCP streams per helper thread"),
+      size("ZIPCCL_MIN_CHUNK_BYTES", &s->min_chunk_bytes, 4096, 1ull << 30,
+           "smallest piece a message is split into across streams"),
+      size("ZIPCCL_INLINE_BYTES", &s->inline_bytes, 0, 1ull << 20, "payloads up to this size travel on the control stream"),
+      integer("ZIPCCL_WORKERS", &s->workers, 1, 64, "codec worker threads (process-wide)", "half the cores, 1..4"),
+      isa("ZIPCCL_CODEC_ISA", &s->codec_isa,
+          "CPU kernel set of the codec (one the CPU lacks: a WARN and the fastest it has)"),
+      size("ZIPCCL_SEGMENT_BYTES", &s->segment_bytes, 0, 1ull << 30,
+           "messages larger than this go as several frames so encode, copy and transmit overlap (0: off; 4KiB "
+           "multiples; TCP only)"),
+      integer("ZIPCCL_MAX_REQUESTS", &s->max_requests, 32, 4096, "requests in flight per comm"),
+      text("ZIPCCL_STATS_FILE", &s->stats_file, "append per-connection statistics as JSON lines"),
+      number("ZIPCCL_LINK_GBPS", &s->link_gbps, "link speed for the auto policy in Gbit/s (0: measure)"),
+      integer("ZIPCCL_PROBE_INTERVAL", &s->probe_interval, 2, 1 << 20,
+              "auto: sample the codec every N raw messages (backs off)"),
+      millis("ZIPCCL_CONNECT_TIMEOUT_MS", &s->connect_timeout_ms, 100, 3600000, "connect/accept handshake timeout"),
+      millis("ZIPCCL_IO_TIMEOUT_MS", &s->io_timeout_ms, 0, 3600000,
+             "fail a transfer that makes no progress this long (0: never)"),
+      choice("ZIPCCL_TRANSPORT", &s->transport,
+             "socket|ib|auto: ib = RDMA verbs, opt-in until validated on RDMA hardware (auto: ib when an active "
+             "port exists)"),
+      integer("ZIPCCL_IB_QPS", &s->ib_qps, 1, 8, "RC queue pairs per RDMA connection"),
+      integer("NCCL_IB_TC", &s->ib_tc, 0, kIbTcMax, "RDMA: traffic class of the queue pairs (GRH)"),
+      integer("NCCL_IB_SL", &s->ib_sl, 0, kIbSlMax, "RDMA: service level of the queue pairs"),
+      integer("NCCL_IB_TIMEOUT", &s->ib_timeout, kIbTimeoutMin, kIbTimeoutMax,
+              "RDMA: ACK timeout, 4.096 us * 2^N per try (0 = infinite: refused)"),
+      integer("NCCL_IB_RETRY_CNT", &s->ib_retry_cnt, 0, kIbRetryCntMax, "RDMA: retries before a transport error"),
+      choice("ZIPCCL_GPU", &s->gpu,
+             "off|on|auto: device buffers (NCCL_PTR_CUDA) through the CUDA codec; opt-in (on) until the "
+             "device checks pass on a GPU (auto: on where usable, silently)"),
+      integer("ZIPCCL_GPU_MAX_SMS", &s->gpu_max_sms, 0, 4096, "GPU path: SMs the codec kernels may fill (0: all)"),
+      choice("ZIPCCL_GPU_LANDING", &s->gpu_landing,
+             "ordered|marked: device receives land each 128-byte line flag-last (LL128), all or only NCCL-marked"),
   };
-}
-
-std::string value_string(const Entry& e) {
-  char buf[64];
-  switch (e.kind) {
-    case Kind::kBytes:
-      return format_bytes(*static_cast<uint64_t*>(e.field));
-    case Kind::kInt:
-      std::snprintf(buf, sizeof buf, "%d", *static_cast<int*>(e.field));
-      return buf;
-    case Kind::kDouble:
-      std::snprintf(buf, sizeof buf, "%g", *static_cast<double*>(e.field));
-      return buf;
-    case Kind::kString:
-    case Kind::kTransport:
-    case Kind::kGpuMode:
-    case Kind::kGpuLanding:
-      return *static_cast<std::string*>(e.field);
-    case Kind::kCompress:
-      return compress_mode_name(*static_cast<CompressMode*>(e.field));
-    case Kind::kCodecIsa:
-      return codec::isa_name(*static_cast<codec::Isa*>(e.field));
-    case Kind::kDtype: {
-      static const char* kNames[] = {"auto", "bf16", "fp16", "fp32"};
-      return kNames[static_cast<int>(*static_cast<DtypeHint*>(e.field))];
-    }
-  }
-  return "?";
-}
-
-void warn(const Entry& e, const char* v, const char* what) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%s='%s' is not %s; using %s", e.name, v, what, value_string(e).c_str());
-  g_messages.push_back(buf);
-  g_problems[e.name] = buf;
-}
-
-void parse(const Entry& e, const char* v) {
-  switch (e.kind) {
-    case Kind::kBytes: {
-      uint64_t x;
-      if (!parse_bytes(v, &x) || x < static_cast<uint64_t>(e.lo) || x > static_cast<uint64_t>(e.hi)) {
-        warn(e, v, "a size in range");
-      } else {
-        *static_cast<uint64_t*>(e.field) = x;
-      }
-      return;
-    }
-    case Kind::kInt: {
-      char* end = nullptr;
-      errno = 0;
-      long x = std::strtol(v, &end, 10);
-      if (errno || end == v || *end || x < e.lo || x > e.hi) {
-        char what[64];
-        std::snprintf(what, sizeof what, "an integer in [%ld, %ld]", e.lo, e.hi);
-        warn(e, v, what);
-      } else {
-        *static_cast<int*>(e.field) = static_cast<int>(x);
-      }
-      return;
-    }
-    case Kind::kDouble: {
-      char* end = nullptr;
-      double x = std::strtod(v, &end);
-      if (end == v || *end || !(x >= 0)) {
-        warn(e, v, "a non-negative number");
-      } else {
-        *static_cast<double*>(e.field) = x;
-      }
-      return;
-    }
-    case Kind::kString:
-      *static_cast<std::string*>(e.field) = v;
-      return;
-    case Kind::kTransport:
-      if (!std::strcmp(v, "socket") || !std::strcmp(v, "ib") || !std::strcmp(v, "auto"))
-        *static_cast<std::string*>(e.field) = v;
-      else
-        warn(e, v, "one of socket|ib|auto");
-      return;
-    case Kind::kGpuMode:
-      if (!std::strcmp(v, "auto") || !std::strcmp(v, "off") || !std::strcmp(v, "on") || !std::strcmp(v, "emulate"))
-        *static_cast<std::string*>(e.field) = v;
-      else
-        warn(e, v, "one of off|on|auto|emulate");
-      return;
-    case Kind::kGpuLanding:
-      if (!std::strcmp(v, "ordered") || !std::strcmp(v, "marked"))
-        *static_cast<std::string*>(e.field) = v;
-      else
-        warn(e, v, "one of ordered|marked");
-      return;
-    case Kind::kCodecIsa:
-      if (!codec::parse_isa(v, static_cast<codec::Isa*>(e.field)))
-        warn(e, v, (std::string("one of ") + kIsaValues).c_str());
-      return;
-    case Kind::kCompress: {
-      auto* f = static_cast<CompressMode*>(e.field);
-      if (!std::strcmp(v, "auto"))
-        *f = CompressMode::kAuto;
-      else if (!std::strcmp(v, "always"))
-        *f = CompressMode::kAlways;
-      else if (!std::strcmp(v, "never"))
-        *f = CompressMode::kNever;
-      else
-        warn(e, v, "one of auto|always|never");
-      return;
-    }
-    case Kind::kDtype: {
-      auto* f = static_cast<DtypeHint*>(e.field);
-      if (!std::strcmp(v, "auto"))
-        *f = DtypeHint::kAuto;
-      else if (!std::strcmp(v, "bf16"))
-        *f = DtypeHint::kBf16;
-      else if (!std::strcmp(v, "fp16"))
-        *f = DtypeHint::kFp16;
-      else if (!std::strcmp(v, "fp32"))
-        *f = DtypeHint::kFp32;
-      else
-        warn(e, v, "one of auto|bf16|fp16|fp32");
-      return;
-    }
-  }
 }
 
 void read_all() {
@@ -224,7 +239,14 @@ void read_all() {
   s->workers = hw >= 4 ? static_cast<int>(hw / 2 > 4 ? 4 : hw / 2) : 1;
   for (const Entry& e : registry(s)) {
     const char* v = std::getenv(e.name);
-    if (v && *v) parse(e, v);
+    if (!v || !*v) continue;
+    std::string expected;
+    if (!e.parse(v, &expected)) {
+      const std::string m =
+          std::string(e.name) + "='" + v + "' is not " + expected + "; using " + e.show();
+      g_messages.push_back(m);
+      g_problems[e.name] = m;
+    }
   }
 }
 
@@ -240,7 +262,7 @@ void log_settings_once() {
   std::call_once(g_log_once, [] {
     for (const std::string& m : g_messages) ZIPCCL_WARN("%s", m.c_str());
     for (const Entry& e : registry(&g_settings)) {
-      ZIPCCL_INFO(NCCL_INIT | NCCL_ENV, "%s=%s (%s)", e.name, value_string(e).c_str(), e.doc);
+      ZIPCCL_INFO(NCCL_INIT | NCCL_ENV, "%s=%s (%s)", e.name, e.show().c_str(), e.doc);
     }
   });
 }
@@ -256,41 +278,9 @@ std::vector<SettingInfo> describe_settings() {
     SettingInfo info;
     info.name = e.name;
     info.doc = e.doc;
-    info.value = value_string(e);
-    info.default_value = e.default_doc ? e.default_doc : value_string(def[i]);
-    switch (e.kind) {
-      case Kind::kBytes:
-        info.values = "size " + format_bytes(static_cast<uint64_t>(e.lo)) + ".." +
-                      format_bytes(static_cast<uint64_t>(e.hi));
-        break;
-      case Kind::kInt:
-        info.values = "integer " + std::to_string(e.lo) + ".." + std::to_string(e.hi);
-        break;
-      case Kind::kDouble:
-        info.values = "number >= 0";
-        break;
-      case Kind::kString:
-        info.values = "string";
-        break;
-      case Kind::kCompress:
-        info.values = "auto|always|never";
-        break;
-      case Kind::kDtype:
-        info.values = "auto|bf16|fp16|fp32";
-        break;
-      case Kind::kTransport:
-        info.values = "socket|ib|auto";
-        break;
-      case Kind::kGpuMode:
-        info.values = "off|on|auto|emulate";
-        break;
-      case Kind::kGpuLanding:
-        info.values = "ordered|marked";
-        break;
-      case Kind::kCodecIsa:
-        info.values = kIsaValues;
-        break;
-    }
+    info.value = e.show();
+    info.default_value = e.default_doc ? e.default_doc : def[i].show();
+    info.values = e.values;
     const char* v = std::getenv(e.name);
     info.from_env = v && *v;
     auto p = g_problems.find(e.name);
@@ -300,55 +290,18 @@ std::vector<SettingInfo> describe_settings() {
   return out;
 }
 
-std::string format_bytes(uint64_t n) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (u < 4 && n >= 1024 && n % 1024 == 0) {
-    n /= 1024;
-    ++u;
-  }
-  return std::to_string(n) + kUnits[u];
-}
+std::string format_bytes(uint64_t n) { return units::format_size(n); }
 
-bool parse_bytes(const char* s, uint64_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  if (!s || !*s || *s == '-') return false;
-  unsigned long long x = std::strtoull(s, &end, 10);
-  if (errno || end == s) return false;
-  uint64_t mult = 1;
-  std::string unit(end);
-  if (unit.empty() || unit == "B")
-    mult = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "k")
-    mult = 1ull << 10;
-  else if (unit == "M" || unit == "MiB")
-    mult = 1ull << 20;
-  else if (unit == "G" || unit == "GiB")
-    mult = 1ull << 30;
-  else
-    return false;
-  if (x > (~0ull) / mult) return false;
-  *out = x * mult;
-  return true;
-}
+bool parse_bytes(const char* s, uint64_t* out) { return units::parse_size(s, out); }
 
 codec::Isa codec_isa() {
   static const codec::Isa isa = codec::effective_isa(settings().codec_isa);
   return isa;
 }
 
-const char* compress_mode_name(CompressMode m) {
-  switch (m) {
-    case CompressMode::kAuto:
-      return "auto";
-    case CompressMode::kAlways:
-      return "always";
-    case CompressMode::kNever:
-      return "never";
-  }
-  return "?";
-}
+const char* compress_mode_name(CompressMode m) { return choice_name(m); }
+const char* transport_name(TransportChoice t) { return choice_name(t); }
+const char* gpu_mode_name(GpuMode m) { return choice_name(m); }
 
 }  // namespace net
 }  // namespace zipccl

@@ -1,5 +1,6 @@
 // Every ZIPCCL_* setting, declared once in a typed registry, read once (at the first init) and
-// logged at INFO with its effective value. The plugin never writes the environment.
+// logged at INFO with its effective value. The plugin never writes the environment. Enumerations are
+// parsed once into enums (a choice); sizes and durations follow one grammar (common/units.h).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,21 @@ namespace net {
 
 enum class CompressMode { kAuto, kAlways, kNever };
 enum class DtypeHint { kAuto, kBf16, kFp16, kFp32 };
+// ZIPCCL_TRANSPORT: auto = RDMA when an active port exists, else sockets.
+enum class TransportChoice { kSocket, kIb, kAuto };
+// ZIPCCL_GPU: off until the device checks (tests/gpu/run_device_checks.sh) pass on a GPU.
+enum class GpuMode { kOff, kOn, kAuto };
+// ZIPCCL_GPU_LANDING: which device receives land each 128-byte line flag-last.
+enum class GpuLanding { kOrdered, kMarked };
+
+// NCCL_IB_TC: traffic class in the GRH (RoCE / routed IB), 8 bits. NCCL_IB_SL: service level, 4
+// bits. NCCL_IB_TIMEOUT: local ACK timeout, 4.096 us * 2^timeout, 5 bits; 0 (infinite: a lost peer
+// would never time out) is not accepted. NCCL_IB_RETRY_CNT: transport retries, 3 bits.
+constexpr int kIbTcMax = 255;
+constexpr int kIbSlMax = 15;
+constexpr int kIbTimeoutMin = 1;
+constexpr int kIbTimeoutMax = 31;
+constexpr int kIbRetryCntMax = 7;
 
 struct Settings {
   CompressMode compress = CompressMode::kAuto;
@@ -35,22 +51,18 @@ struct Settings {
   int probe_interval = 16;  // auto: sample the codec every N raw messages (backs off)
   int connect_timeout_ms = 30000;
   int io_timeout_ms = 0;  // 0: none; otherwise a stalled transfer fails after this long
-  // socket | ib | auto (auto: ib when an active RDMA port exists). The verbs path has not run on RDMA
-  // hardware yet, so it is opt-in.
-  std::string transport = "socket";
+  // The verbs path is opt-in until validated on RDMA hardware.
+  TransportChoice transport = TransportChoice::kSocket;
   int ib_qps = 2;                   // RC queue pairs per RDMA connection
-  // RDMA queue pair attributes, NCCL's variables with NCCL's defaults (ranges: rdma_select.h).
+  // RDMA queue pair attributes, NCCL's variables with NCCL's defaults (ranges above).
   int ib_tc = 0;          // NCCL_IB_TC: GRH traffic class
   int ib_sl = 0;          // NCCL_IB_SL: service level
   int ib_timeout = 20;    // NCCL_IB_TIMEOUT: ACK timeout 4.096 us * 2^n
   int ib_retry_cnt = 7;   // NCCL_IB_RETRY_CNT
-  // GPU path (docs/notes/gpu.md). gpu: off | on | auto | emulate (emulate: tests only, host
-  // emulation). Off by default until the device checks (tests/gpu/run_device_checks.sh) pass on a GPU.
-  std::string gpu = "off";
-  int gpu_max_sms = 16;            // bound on the codec kernels' grid, in SMs' worth of blocks
-  std::string gpu_landing = "ordered";  // ordered | marked: which device receives land flag-last
-  int gpu_emulate_delay_us = 0;    // emulate: delay of every stream operation
-  int gpu_emulate_fail_every = 0;  // emulate: every Nth encode/decode fails (0: none)
+  // GPU path (docs/notes/gpu.md).
+  GpuMode gpu = GpuMode::kOff;
+  int gpu_max_sms = 16;  // bound on the codec kernels' grid, in SMs' worth of blocks
+  GpuLanding gpu_landing = GpuLanding::kOrdered;
 };
 
 // ZIPCCL_SEGMENT_BYTES as the comms use it: 0 (off), else a multiple of 4 KiB (device receives land
@@ -66,9 +78,12 @@ const Settings& settings();
 void log_settings_once();
 // Formats a byte count the way the settings are written ("64KiB").
 std::string format_bytes(uint64_t n);
-// Parses "123", "64K", "64KiB", "4M", "1G" (binary units). False on anything else.
+// Parses a size as the settings do (common/units.h). False on anything else.
 bool parse_bytes(const char* s, uint64_t* out);
+// The names the settings accept for each choice.
 const char* compress_mode_name(CompressMode m);
+const char* transport_name(TransportChoice t);
+const char* gpu_mode_name(GpuMode m);
 // The kernel set every encode and decode of this process runs: ZIPCCL_CODEC_ISA where the CPU has
 // it, else the fastest set it has.
 codec::Isa codec_isa();

@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <string>
 
 #include "common/log.h"
 #include "common/settings.h"
@@ -29,26 +28,35 @@ const char* gpu_path_blocker() {
   return nullptr;
 }
 
+namespace {
+DeviceOpsFactory g_factory = nullptr;  // set by a test double's static initializer, before any use
+const char* g_factory_what = nullptr;
+}  // namespace
+
+void set_device_ops_factory(DeviceOpsFactory factory, const char* what) {
+  g_factory = factory;
+  g_factory_what = what;
+}
+
 DeviceOps* device_ops() {
   static std::once_flag once;
   static DeviceOps* ops = nullptr;
   std::call_once(once, [] {
-    const std::string mode = settings().gpu;  // validated by the registry
-    if (mode == "emulate") {
-      ops = emulated_ops();
-      ZIPCCL_WARN("ZIPCCL_GPU=emulate: device buffers are host memory handled by a test emulation");
-    } else if (mode == "off") {
+    const GpuMode mode = settings().gpu;
+    if (g_factory && (ops = g_factory())) {
+      ZIPCCL_WARN("%s", g_factory_what);
+    } else if (mode == GpuMode::kOff) {
       ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
                   "GPU path: off (opt-in until proven on a GPU: ZIPCCL_GPU=on); NCCL stages device data in "
                   "host memory for us");
       return;
     } else if (const char* why = gpu_path_blocker()) {
-      if (mode == "on") ZIPCCL_WARN("ZIPCCL_GPU=on ignored: %s", why);
+      if (mode == GpuMode::kOn) ZIPCCL_WARN("ZIPCCL_GPU=on ignored: %s", why);
       ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: off (%s)", why);
       return;
     } else {
       ops = cuda_ops();
-      if (!ops && mode == "on") ZIPCCL_WARN("ZIPCCL_GPU=on, but no usable CUDA device: host buffers only");
+      if (!ops && mode == GpuMode::kOn) ZIPCCL_WARN("ZIPCCL_GPU=on, but no usable CUDA device: host buffers only");
     }
     ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: %s", ops ? ops->name() : "off (host buffers only)");
   });

@@ -1,7 +1,7 @@
 // The plugin's GPU path: the small set of device operations the send/receive pipeline needs, behind one
 // interface with two implementations - CUDA (gpu_cuda.cpp, built with the toolkit) and a host
-// emulation for tests (gpu_emulated.cpp: "device memory" is host memory, stream work runs on a helper
-// thread, optionally delayed, so ordering bugs show on a CPU). Design and the LL/LL128 facts:
+// emulation for tests (plugin/testing/gpu_emulated.cpp: "device memory" is host memory, stream work
+// runs on a helper thread, optionally delayed, so ordering bugs show on a CPU). Design and the LL/LL128 facts:
 // docs/notes/gpu.md ("The plugin's GPU path").
 //
 // Contract: every enqueueing call returns at once (stream-ordered, never a blocking synchronisation of
@@ -90,33 +90,23 @@ class DeviceOps {
   virtual ncclResult_t query(void* event, bool* done) = 0;
 };
 
-// The process's device operations, chosen once by ZIPCCL_GPU: "off" (the default until the device
-// checks pass on a GPU) -> nullptr; "emulate" -> the host emulation; "on"/"auto" -> CUDA when this
-// build has it and a device is usable, else nullptr ("on" WARNs then). CUDA_DEVICE_MAX_CONNECTIONS=1
-// turns the CUDA path off (gpu_path_blocker()). Thread-safe.
+// The process's device operations, chosen once: what the factory a test double registered returns
+// (set_device_ops_factory), unless nullptr, else by ZIPCCL_GPU: "off" (the default until the device checks pass on a
+// GPU) -> nullptr; "on"/"auto" -> CUDA when this build has it and a device is usable, else nullptr
+// ("on" WARNs then). CUDA_DEVICE_MAX_CONNECTIONS=1 turns the CUDA path off (gpu_path_blocker()).
+// Thread-safe.
 DeviceOps* device_ops();
+// For test doubles (plugin/testing): device_ops() returns factory() when that is not nullptr instead of
+// choosing by ZIPCCL_GPU, with a WARN that says `what`. Call before the first device_ops() (from a
+// static initializer).
+using DeviceOpsFactory = DeviceOps* (*)();
+void set_device_ops_factory(DeviceOpsFactory factory, const char* what);
 // Why the CUDA path must stay off in this process whatever ZIPCCL_GPU says, or nullptr. With a
 // single hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, Megatron's setting) the plugin's launches
 // queue behind the application's next kernel, which waits for NCCL's, which waits for the plugin.
 const char* gpu_path_blocker();
 // The CUDA implementation, or nullptr (no toolkit in this build, no driver, no device). Logs why.
 DeviceOps* cuda_ops();
-// The emulation (ZIPCCL_GPU_EMULATE_DELAY_US, ZIPCCL_GPU_EMULATE_FAIL_EVERY apply).
-DeviceOps* emulated_ops();
-// Emulation, tests only: encodes the emulation has finished (process-wide), and a gate: an encode
-// starts only while fewer than `allow` encodes have finished (its stream waits; other streams run on).
-// Lets a test hold a message's later segments in "encoding" and watch what the pipeline does meanwhile.
-uint64_t emulated_encodes_done();
-void emulated_gate_encodes(uint64_t allow);
-// Emulation, tests only: calls made so far of the kind that may synchronise the device or load
-// modules (allocations, frees, streams, events, workspaces, prepare): the pipeline
-// tests assert that none happens between regMr and close.
-uint64_t emulated_setup_calls();
-// Emulation, tests only: after `after` more stream operations, the emulated device faults as a
-// kernel with a bad address does: the faulting and all later stream work never run (results are
-// never published) and every later call fails, like CUDA's sticky errors. `sticky` false: after
-// `after` more encode/decode launches, the next one fails at launch (not sticky). ~0 disarms.
-void emulated_fault(uint64_t after, bool sticky);
 
 // ---- LL/LL128 (docs/notes/gpu.md) ----
 // NCCL (v9+ ABI, NCCL_NET_OPTIONAL_RECV_COMPLETION=1, its default) stores this value in *request before

@@ -120,7 +120,7 @@ ncclResult_t RecvComm::take_device_staging(Req* r, bool marked, bool* busy) {
   const int slot = static_cast<int>(r - reqs_.data());
   const size_t size = r->capacity, most = std::max(size, codec::max_encoded_size(size));
   r->landing = gpu::needs_ordered_landing(
-      settings().gpu_landing == "marked" ? gpu::Landing::kMarked : gpu::Landing::kOrdered, marked);
+      settings().gpu_landing == GpuLanding::kMarked ? gpu::Landing::kMarked : gpu::Landing::kOrdered, marked);
   using Buf = gpu::Channel::Buf;
   ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kHost, most, &r->host_stage));
   if (r->host_stage) ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kDevice, most, &r->dev_stage));

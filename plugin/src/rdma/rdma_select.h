@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/settings.h"
 #include "transport.h"
 
 namespace zipccl {
@@ -72,14 +73,7 @@ MemDesc page_align(const MemDesc& mem, size_t page);
 
 // ---- queue pair settings (NCCL's meanings and defaults) ----
 
-// NCCL_IB_TC: traffic class in the GRH (RoCE / routed IB), 8 bits. NCCL_IB_SL: service level, 4
-// bits. NCCL_IB_TIMEOUT: local ACK timeout, 4.096 us * 2^timeout, 5 bits; 0 (infinite: a lost peer
-// would never time out) is not accepted. NCCL_IB_RETRY_CNT: transport retries, 3 bits.
-constexpr int kIbTcMax = 255;
-constexpr int kIbSlMax = 15;
-constexpr int kIbTimeoutMin = 1;
-constexpr int kIbTimeoutMax = 31;
-constexpr int kIbRetryCntMax = 7;
+// Ranges: kIbTcMax .. kIbRetryCntMax (common/settings.h, whose registry reads the variables).
 struct IbQpSettings {
   int tc = 0;
   int sl = 0;

@@ -30,6 +30,7 @@
 #include "common/settings.h"
 #include "socket/socket_iface.h"
 #include "socket/socket_streams.h"
+#include "socket/socket_transport.h"
 #include "socket/socket_wire.h"
 #include "transport.h"
 
