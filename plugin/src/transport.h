@@ -47,8 +47,9 @@ class SendConn {
   // Whether the compressing layer may send one NCCL message as several consecutive messages
   // (segments, frame.h) on this connection: true when the receiving end needs nothing per transport
   // message beyond what peek/recv do. The RDMA transport pairs each transport message with one
-  // post_target() (one per NCCL receive), so it says false and messages go whole there.
-  virtual bool carries_segments() const { return false; }
+  // post_target() (one per NCCL receive), so it says false and messages go whole there. Every
+  // transport answers: a silent default would turn segments off unnoticed.
+  virtual bool carries_segments() const = 0;
 };
 
 class RecvConn {

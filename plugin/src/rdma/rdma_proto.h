@@ -186,6 +186,8 @@ class RdmaSendConn final : public RdmaEndpoint, public SendConn {
   ncclResult_t post_staged(const uint8_t* meta, const void* payload, size_t len, int* op) override;
   ncclResult_t test(int op, bool* done) override;
   void link_progress(uint64_t* delivered, uint64_t* backlog) override;
+  // One post_target() per transport message on the receiving side: messages go whole.
+  bool carries_segments() const override { return false; }
 
  private:
   struct Op {
