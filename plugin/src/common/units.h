@@ -9,6 +9,7 @@
 // Header-only, so the tool and the tests use it without linking the plugin.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -80,28 +81,42 @@ inline bool scale_decimal(uint64_t whole, uint64_t frac, uint64_t scale, uint64_
   *out = v + part;
   return true;
 }
-}  // namespace detail
+struct Unit {
+  const char* name;
+  uint64_t scale;  // in the result's unit
+};
 
-// Parses a size (grammar above) into bytes. False, with the reason in *why when given, otherwise.
-inline bool parse_size(const char* s, uint64_t* out, std::string* why = nullptr) {
+// "<number>[unit]" scaled by the matching unit (a bare number by `bare`) into *out.
+template <size_t N>
+bool parse_scaled(const char* s, const Unit (&units)[N], uint64_t bare, const char* result_unit,
+                  const char* unit_list, uint64_t* out, std::string* why) {
   if (!s || !*s) {
     if (why) *why = "empty";
     return false;
   }
   uint64_t whole, frac, scale;
-  const char* unit;
-  if (!detail::parse_decimal(s, &whole, &frac, &scale, &unit, why)) return false;
-  static const struct {
-    const char* name;
-    uint64_t mult;
-  } kUnits[] = {{"", 1},          {"B", 1},           {"K", 1ull << 10},  {"k", 1ull << 10}, {"KiB", 1ull << 10},
-                {"M", 1ull << 20}, {"m", 1ull << 20}, {"MiB", 1ull << 20}, {"G", 1ull << 30}, {"g", 1ull << 30},
-                {"GiB", 1ull << 30}, {"T", 1ull << 40}, {"t", 1ull << 40}, {"TiB", 1ull << 40}};
-  for (const auto& u : kUnits) {
-    if (std::strcmp(unit, u.name) == 0) return detail::scale_decimal(whole, frac, scale, u.mult, "bytes", out, why);
+  const char* suffix;
+  if (!parse_decimal(s, &whole, &frac, &scale, &suffix, why)) return false;
+  uint64_t per = *suffix ? 0 : bare;
+  for (const Unit& u : units) {
+    if (std::strcmp(suffix, u.name) == 0) per = u.scale;
   }
-  if (why) *why = std::string("unknown unit '") + unit + "' (B, K, KiB, M, MiB, G, GiB, T, TiB)";
-  return false;
+  if (per == 0) {
+    if (why) *why = std::string("unknown unit '") + suffix + "' (" + unit_list + ")";
+    return false;
+  }
+  return scale_decimal(whole, frac, scale, per, result_unit, out, why);
+}
+
+}  // namespace detail
+
+// Parses a size (grammar above) into bytes. False, with the reason in *why when given, otherwise.
+inline bool parse_size(const char* s, uint64_t* out, std::string* why = nullptr) {
+  static constexpr detail::Unit kUnits[] = {
+      {"B", 1},          {"K", 1ull << 10}, {"k", 1ull << 10}, {"KiB", 1ull << 10}, {"M", 1ull << 20},
+      {"m", 1ull << 20}, {"MiB", 1ull << 20}, {"G", 1ull << 30}, {"g", 1ull << 30}, {"GiB", 1ull << 30},
+      {"T", 1ull << 40}, {"t", 1ull << 40}, {"TiB", 1ull << 40}};
+  return detail::parse_scaled(s, kUnits, 1, "bytes", "B, K, KiB, M, MiB, G, GiB, T, TiB", out, why);
 }
 
 // Formats a byte count exactly, in the largest binary unit that divides it ("64KiB", "1000B").
@@ -121,28 +136,10 @@ constexpr uint64_t kMicroseconds = 1, kMilliseconds = 1000, kSeconds = 1000000;
 // Parses a duration (grammar above) into `unit`s (kMilliseconds: "1.5s" -> 1500, "250" -> 250). False,
 // with the reason in *why, when it is malformed, overflows or is not a whole number of `unit`s.
 inline bool parse_duration(const char* s, uint64_t unit, uint64_t* out, std::string* why = nullptr) {
-  if (!s || !*s) {
-    if (why) *why = "empty";
-    return false;
-  }
-  uint64_t whole, frac, scale;
-  const char* suffix;
-  if (!detail::parse_decimal(s, &whole, &frac, &scale, &suffix, why)) return false;
-  static const struct {
-    const char* name;
-    uint64_t us;
-  } kUnits[] = {{"us", 1}, {"ms", 1000}, {"s", 1000000}, {"m", 60000000}, {"h", 3600000000ull}};
-  uint64_t per = 0;
-  if (!*suffix) per = unit;
-  for (const auto& u : kUnits) {
-    if (std::strcmp(suffix, u.name) == 0) per = u.us;
-  }
-  if (per == 0) {
-    if (why) *why = std::string("unknown unit '") + suffix + "' (us, ms, s, m, h)";
-    return false;
-  }
+  static constexpr detail::Unit kUnits[] = {
+      {"us", 1}, {"ms", 1000}, {"s", 1000000}, {"m", 60000000}, {"h", 3600000000ull}};
   uint64_t us;
-  if (!detail::scale_decimal(whole, frac, scale, per, "microseconds", &us, why)) return false;
+  if (!detail::parse_scaled(s, kUnits, unit, "microseconds", "us, ms, s, m, h", &us, why)) return false;
   if (us % unit != 0) {
     if (why) *why = unit == kMilliseconds ? "not a whole number of milliseconds" : "not a whole number of units";
     return false;
