@@ -132,6 +132,8 @@ class SendComm {
   };
   ncclResult_t progress();
   void finish_encode(Seg* g);
+  bool choose_compress(Req* r);
+  void plan_segments(Req* r);
   void start_sample(Req* r, codec::ElemType type);
   void finish_sample();
   ncclResult_t start_device(Req* r, bool compress, bool* busy);

@@ -106,6 +106,70 @@ SendComm::~SendComm() {
   report_stats(stats_);
 }
 
+// Whether the message of `r` (its fields set by isend) is to be encoded: the settings, the policy and,
+// for host memory, the detected element type decide; sets r->type and counts a raw decision.
+bool SendComm::choose_compress(Req* r) {
+  const size_t size = r->size;
+  const Settings& s = settings();
+  bool compress = false;
+  if (size < s.min_bytes || s.compress == CompressMode::kNever) {
+    ++stats_.raw_small;
+  } else {
+    // The policy first: a message it sends raw needs no type detection (in auto the detector only
+    // runs for messages about to be encoded or sampled), so raw traffic costs what `never` costs.
+    bool sample = false;
+    bool want = policy_.choose(size, &sample);
+    codec::ElemType type = hint_type(s.dtype);
+    if (r->device) {
+      // The host cannot read device memory: the GPU codec detects the type (kAuto) and the message
+      // the policy wants sampled is encoded whole on the device (that measures the GPU codec).
+      if (want || sample) {
+        compress = true;
+        r->type = type;
+      } else {
+        ++stats_.raw_policy;
+      }
+    } else {
+      if ((want || sample) && type == codec::ElemType::kAuto && s.compress == CompressMode::kAuto) {
+        type = codec::detect_elem_type(r->data, size);
+      }
+      if (!want) {
+        ++stats_.raw_policy;
+        if (sample && type != codec::ElemType::kNone) start_sample(r, type);
+      } else if (type == codec::ElemType::kNone) {
+        ++stats_.raw_incompressible;
+      } else {
+        compress = true;
+        r->type = type;
+      }
+    }
+  }
+  return compress;
+}
+
+// The segments of r's message (one unless it is larger than the segment size), their offsets and
+// their regions of the staging buffer (r->stage_bytes in all).
+void SendComm::plan_segments(Req* r) {
+  const size_t size = r->size;
+  r->nsegs = static_cast<size_t>(segment_count(size, segment_bytes_));
+  while (r->segs.size() < r->nsegs) r->segs.emplace_back(new Seg);
+  size_t off = 0, stage = 0;
+  for (size_t j = 0; j < r->nsegs; ++j) {
+    Seg& g = *r->segs[j];
+    g.off = off;
+    g.len = static_cast<size_t>(segment_len(size, segment_bytes_, j));
+    g.stage_off = stage;
+    g.kind = FrameKind::kRaw;
+    g.wire = g.len;
+    g.staged = nullptr;
+    g.result = nullptr;
+    g.state = SegState::kReady;
+    off += g.len;
+    stage += codec::max_encoded_size(g.len);
+  }
+  r->stage_bytes = stage;
+}
+
 ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void** request) {
   *request = nullptr;
   if (failed_) return ncclSystemError;
@@ -129,59 +193,8 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
   r.wire = 0;
   r.any_codec = false;
 
-  const Settings& s = settings();
-  bool compress = false;
-  if (size < s.min_bytes || s.compress == CompressMode::kNever) {
-    ++stats_.raw_small;
-  } else {
-    // The policy first: a message it sends raw needs no type detection (in auto the detector only
-    // runs for messages about to be encoded or sampled), so raw traffic costs what `never` costs.
-    bool sample = false;
-    bool want = policy_.choose(size, &sample);
-    codec::ElemType type = hint_type(s.dtype);
-    if (device) {
-      // The host cannot read device memory: the GPU codec detects the type (kAuto) and the message
-      // the policy wants sampled is encoded whole on the device (that measures the GPU codec).
-      if (want || sample) {
-        compress = true;
-        r.type = type;
-      } else {
-        ++stats_.raw_policy;
-      }
-    } else {
-      if ((want || sample) && type == codec::ElemType::kAuto && s.compress == CompressMode::kAuto) {
-        type = codec::detect_elem_type(data, size);
-      }
-      if (!want) {
-        ++stats_.raw_policy;
-        if (sample && type != codec::ElemType::kNone) start_sample(&r, type);
-      } else if (type == codec::ElemType::kNone) {
-        ++stats_.raw_incompressible;
-      } else {
-        compress = true;
-        r.type = type;
-      }
-    }
-  }
-
-  // The segments (one unless the message is larger than the segment size) and their staging regions.
-  r.nsegs = static_cast<size_t>(segment_count(size, segment_bytes_));
-  while (r.segs.size() < r.nsegs) r.segs.emplace_back(new Seg);
-  size_t off = 0, stage = 0;
-  for (size_t j = 0; j < r.nsegs; ++j) {
-    Seg& g = *r.segs[j];
-    g.off = off;
-    g.len = static_cast<size_t>(segment_len(size, segment_bytes_, j));
-    g.stage_off = stage;
-    g.kind = FrameKind::kRaw;
-    g.wire = g.len;
-    g.staged = nullptr;
-    g.result = nullptr;
-    g.state = SegState::kReady;
-    off += g.len;
-    stage += codec::max_encoded_size(g.len);
-  }
-  r.stage_bytes = stage;
+  const bool compress = choose_compress(&r);
+  plan_segments(&r);
 
   if (device) {
     bool busy = false;
@@ -199,7 +212,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
   }
   if (compress) {
     r.tried = true;
-    if (r.staging.size() < stage) r.staging.resize(stage);  // grows to the largest message, then reused
+    if (r.staging.size() < r.stage_bytes) r.staging.resize(r.stage_bytes);  // grows to the largest message, then reused
     // Every segment goes to the pool at once: the workers encode them in order (in parallel when there
     // are several), and each is posted as soon as it and the ones before it are done.
     for (size_t j = 0; j < r.nsegs; ++j) {
