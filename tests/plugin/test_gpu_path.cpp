@@ -22,14 +22,14 @@
 #include <set>
 #include <vector>
 
-#include "plugin_data.h"
-#include "layer/comm.h"
-#include "layer/frame.h"
-#include "gpu/gpu_path.h"
-#include "testing/gpu_emulated.h"
 #include "common/log.h"
 #include "common/settings.h"
+#include "gpu/gpu_path.h"
+#include "layer/comm.h"
+#include "layer/frame.h"
 #include "layer/worker_pool.h"
+#include "plugin_data.h"
+#include "testing/gpu_emulated.h"
 
 using namespace zipccl::net;
 using zipccl_test::DataKind;

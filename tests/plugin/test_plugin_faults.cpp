@@ -11,9 +11,9 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "layer/frame.h"
 #include "plugin_data.h"
 #include "plugin_driver.h"
-#include "layer/frame.h"
 #include "socket/socket_wire.h"
 #include "zipccl/codec.h"
 

@@ -5,10 +5,10 @@
 
 #include <cstring>
 
-#include "layer/frame.h"
-#include "layer/policy.h"
 #include "common/settings.h"
 #include "common/units.h"
+#include "layer/frame.h"
+#include "layer/policy.h"
 #include "socket/socket_iface.h"
 
 using namespace zipccl::net;

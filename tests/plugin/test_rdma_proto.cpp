@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "abi/net_mr.h"
-#include "testing/rdma_loopback.h"
 #include "rdma/rdma_proto.h"
+#include "testing/rdma_loopback.h"
 
 using namespace zipccl::net;
 

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "rdma/rdma_select.h"
 #include "common/settings.h"
+#include "rdma/rdma_select.h"
 
 using namespace zipccl::net;
 

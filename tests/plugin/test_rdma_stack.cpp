@@ -13,8 +13,8 @@
 
 #include "layer/comm.h"
 #include "layer/frame.h"
-#include "testing/rdma_loopback.h"
 #include "rdma/rdma_proto.h"
+#include "testing/rdma_loopback.h"
 
 using namespace zipccl::net;
 

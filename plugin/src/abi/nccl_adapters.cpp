@@ -4,14 +4,14 @@
 #include <exception>
 #include <new>
 
+#include "abi/net.h"
+#include "abi/net_mr.h"
+#include "common/log.h"
 #include "nccl/net_v10.h"
 #include "nccl/net_v11.h"
 #include "nccl/net_v7.h"
 #include "nccl/net_v8.h"
 #include "nccl/net_v9.h"
-#include "common/log.h"
-#include "abi/net.h"
-#include "abi/net_mr.h"
 
 namespace zipccl {
 namespace net {

@@ -5,14 +5,14 @@
 #include <string>
 #include <vector>
 
-#include "layer/comm.h"
-#include "gpu/gpu_path.h"
-#include "common/log.h"
 #include "abi/net_mr.h"
 #include "abi/transports.h"
+#include "common/log.h"
 #include "common/settings.h"
-#include "transport.h"
 #include "common/version.h"
+#include "gpu/gpu_path.h"
+#include "layer/comm.h"
+#include "transport.h"
 
 namespace zipccl {
 namespace net {

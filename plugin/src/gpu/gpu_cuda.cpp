@@ -9,9 +9,9 @@
 #include <mutex>
 #include <vector>
 
-#include "gpu/gpu_path.h"
 #include "common/log.h"
 #include "common/settings.h"
+#include "gpu/gpu_path.h"
 #include "zipccl/codec_cuda.h"
 
 namespace zipccl {

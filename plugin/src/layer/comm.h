@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "nccl/net_common.h"
-#include "layer/frame.h"
 #include "gpu/gpu_path.h"
+#include "layer/frame.h"
 #include "layer/policy.h"
 #include "layer/stats.h"
-#include "transport.h"
 #include "layer/worker_pool.h"
+#include "nccl/net_common.h"
+#include "transport.h"
 #include "zipccl/codec.h"
 
 namespace zipccl {

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <thread>
 
-#include "layer/comm.h"
 #include "common/log.h"
 #include "common/settings.h"
+#include "layer/comm.h"
 
 namespace zipccl {
 namespace net {

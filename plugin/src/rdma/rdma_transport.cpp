@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "common/log.h"
-#include "rdma/rdma_proto.h"
 #include "common/settings.h"
+#include "rdma/rdma_proto.h"
 #include "socket/socket_iface.h"
 #include "transport.h"
 

@@ -16,9 +16,9 @@
 #include <random>
 
 #include "common/log.h"
+#include "common/settings.h"
 #include "rdma/rdma_select.h"
 #include "rdma/rdma_transport.h"
-#include "common/settings.h"
 
 namespace zipccl {
 namespace net {
