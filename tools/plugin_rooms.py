@@ -168,13 +168,30 @@ def check(root):
         problems.append("docs/ARCHITECTURE.md: no room picture (markers missing); run tools/plugin_rooms.py draw")
     else:
         shown = text.split(PICTURE_BEGIN, 1)[1].split(PICTURE_END, 1)[0]
-        if shown.strip() != draw(rooms, links).strip():
+        if shown.strip() != draw(root, rooms, links).strip():
             problems.append("docs/ARCHITECTURE.md: the room picture differs from the CMake links; "
                             "paste the output of tools/plugin_rooms.py draw between its markers")
     return problems
 
 
-def draw(rooms, links):
+def consumers(root):
+    """[(binary, [rooms])] for the shared objects (plugin/CMakeLists.txt's zipccl_plugin_shared) and the
+    tool (tools/CMakeLists.txt), from their CMake lists."""
+    out = []
+    text = strip_cmake_comments(open(os.path.join(root, "plugin", "CMakeLists.txt")).read())
+    for m in re.finditer(r"zipccl_plugin_shared\(\s*([\w-]+)\s+([^)]*)\)", text):
+        rooms = [t[len("zipccl_plugin_"):] for t in m.group(2).split() if t.startswith("zipccl_plugin_")]
+        out.append((f"lib{m.group(1)}.so", rooms))
+    tools = os.path.join(root, "tools", "CMakeLists.txt")
+    if os.path.exists(tools):
+        text = strip_cmake_comments(open(tools).read())
+        rooms = sorted({m.group(1) for m in re.finditer(r"\bzipccl_plugin_(\w+)", text)})
+        if rooms:
+            out.append(("zipccl (the tool)", rooms))
+    return out
+
+
+def draw(root, rooms, links):
     """Rooms top to bottom (each below every room that links it), with their direct arrows (those not
     implied by a longer path) and role."""
     reach = closure(links)
@@ -191,8 +208,10 @@ def draw(rooms, links):
     for r in links:
         height(r)
     order = sorted(links, key=lambda r: (-depth[r], r == "testing", r))
-    lines = ["```", "libnccl-net-zipccl.so = abi + the rooms it links (testing: only the tests' build)",
-             ""]
+    lines = ["```"]
+    for binary, used in consumers(root):
+        lines.append(f"{binary} -> {', '.join(used)}")
+    lines.append("")
     width = max(len(r) for r in order)
     for r in order:
         direct = sorted(d for d in links[r] if not any(d in reach[o] for o in links[r] if o != d))
@@ -214,7 +233,7 @@ def main():
         problems = []
         rooms = room_dirs(root)
         links, _ = cmake_links(root, rooms, problems)
-        sys.stdout.write(draw(rooms, links))
+        sys.stdout.write(draw(root, rooms, links))
         return 0
     problems = check(root)
     for p in problems:
