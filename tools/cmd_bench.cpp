@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/units.h"
 #include "datasets.h"
 #include "entropy.h"
 #include "gpu_tool.h"
@@ -587,23 +588,16 @@ void usage(FILE* f) {
       "                  against the CPU codec's (exit 3 without a GPU)\n");
 }
 
-bool parse_size(const std::string& s, size_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (s.empty() || end == s.c_str() || errno || s[0] == '-') return false;
-  std::string suffix = end;
-  unsigned long long mult = 1;
-  if (suffix == "K" || suffix == "k" || suffix == "KiB")
-    mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "m" || suffix == "MiB")
-    mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "g" || suffix == "GiB")
-    mult = 1ull << 30;
-  else if (!suffix.empty())
+// Sizes follow the settings' grammar (common/units.h: 64K, 64KiB, 1.5M, 2G); the bench caps them at
+// 1 TiB.
+bool parse_size(const std::string& s, size_t* out, std::string* why = nullptr) {
+  uint64_t v = 0;
+  if (!units::parse_size(s.c_str(), &v, why)) return false;
+  if (v > (1ull << 40)) {
+    if (why) *why = "more than 1TiB";
     return false;
-  if (v > (1ull << 40) / mult) return false;
-  *out = static_cast<size_t>(v * mult);
+  }
+  *out = static_cast<size_t>(v);
   return true;
 }
 
@@ -644,8 +638,9 @@ int parse_args(int argc, char** argv, Options* o) {
         return bad("takes auto, bf16, fp16 or fp32");
       o->type_given = true;
     } else if (key == "--size") {
-      if (!value(&v) || !parse_size(v, &o->size) || o->size == 0)
-        return bad("needs a size in bytes (K, M, G suffixes)");
+      std::string why = "zero";
+      if (!value(&v) || !parse_size(v, &o->size, &why) || o->size == 0)
+        return bad(("needs a size in bytes (64K, 1.5M, 2G): " + why).c_str());
     } else if (a == "--quick") {
       o->size = kQuickSize;
     } else if (key == "--threads") {

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "commands.h"
-#include "src/net.h"
-#include "src/settings.h"
-#include "src/version.h"
+#include "abi/net.h"
+#include "common/settings.h"
+#include "common/version.h"
 #include "zipccl/net_client.h"
 
 namespace zipccl {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/units.h"
 
 namespace zipccl {
 namespace tools {
@@ -87,19 +88,15 @@ void usage(FILE* f) {
       "  Exit status: 0 all bit-exact, 1 a mismatch, hang or error, 2 bad usage, 3 no GPU here.\n");
 }
 
+// --bytes: the settings' size grammar (common/units.h); says why a value is refused.
 bool parse_size(const char* s, size_t* out) {
-  char* end = nullptr;
-  const double v = std::strtod(s, &end);
-  if (end == s || v <= 0) return false;
-  double mul = 1;
-  if (*end == 'K' || *end == 'k')
-    mul = 1024, ++end;
-  else if (*end == 'M' || *end == 'm')
-    mul = 1024.0 * 1024, ++end;
-  else if (*end == 'G' || *end == 'g')
-    mul = 1024.0 * 1024 * 1024, ++end;
-  if (*end) return false;
-  *out = size_t(v * mul);
+  uint64_t v = 0;
+  std::string why = "zero";
+  if (!units::parse_size(s, &v, &why) || v == 0) {
+    std::fprintf(stderr, "zipccl nccl-check: --bytes '%s' is not a size (%s)\n", s, why.c_str());
+    return false;
+  }
+  *out = static_cast<size_t>(v);
   return true;
 }
 

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "commands.h"
-#include "src/version.h"
+#include "common/version.h"
 
 namespace {
 

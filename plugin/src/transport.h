@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../nccl/net_common.h"
+#include "nccl/net_common.h"
 
 namespace zipccl {
 namespace net {
@@ -47,8 +47,9 @@ class SendConn {
   // Whether the compressing layer may send one NCCL message as several consecutive messages
   // (segments, frame.h) on this connection: true when the receiving end needs nothing per transport
   // message beyond what peek/recv do. The RDMA transport pairs each transport message with one
-  // post_target() (one per NCCL receive), so it says false and messages go whole there.
-  virtual bool carries_segments() const { return false; }
+  // post_target() (one per NCCL receive), so it says false and messages go whole there. Every
+  // transport answers: a silent default would turn segments off unnoticed.
+  virtual bool carries_segments() const = 0;
 };
 
 class RecvConn {
@@ -127,15 +128,6 @@ class Transport {
   // Non-blocking: *conn == nullptr means "call again with the same handle".
   virtual ncclResult_t connect(int dev, void* handle, SendConn** conn) = 0;
 };
-
-// The socket transport (TCP, several streams per connection). Reads NCCL_SOCKET_IFNAME and
-// NCCL_SOCKET_FAMILY once. Returns nullptr (with a WARN) when no usable interface exists.
-Transport* socket_transport();
-// The RDMA transport (libibverbs, loaded at run time; RC queue pairs). Reads NCCL_IB_HCA,
-// NCCL_IB_GID_INDEX, NCCL_IB_TC/SL/TIMEOUT/RETRY_CNT (through the settings registry) and, for its
-// connection side channel, NCCL_SOCKET_IFNAME once. Has zero devices
-// (INFO says why) when libibverbs, an active port or a side-channel interface is missing.
-Transport* rdma_transport();
 
 }  // namespace net
 }  // namespace zipccl

@@ -2,7 +2,7 @@
 // emulation of the device operations, and SendComm/RecvComm moving device-typed buffers through the
 // emulated pipeline over an in-process transport (many in flight, delayed stream work, raw fallback,
 // failing encode/decode). Registered several times with different settings (--setenv, env_main.cpp):
-// ZIPCCL_GPU=emulate with ZIPCCL_COMPRESS, ZIPCCL_GPU_EMULATE_DELAY_US and
+// ZIPCCL_GPU_EMULATE=1 with ZIPCCL_COMPRESS, ZIPCCL_GPU_EMULATE_DELAY_US and
 // ZIPCCL_GPU_EMULATE_FAIL_EVERY varied (tests needing another setting skip), and, where CUDA is built,
 // as test_gpu_path_cuda with ZIPCCL_GPU=auto: the pipeline tests then use the CUDA device operations
 // on a GPU (label gpu; they skip without one).
@@ -22,13 +22,14 @@
 #include <set>
 #include <vector>
 
+#include "common/log.h"
+#include "common/settings.h"
+#include "gpu/gpu_path.h"
+#include "layer/comm.h"
+#include "layer/frame.h"
+#include "layer/worker_pool.h"
 #include "plugin_data.h"
-#include "src/comm.h"
-#include "src/frame.h"
-#include "src/gpu_path.h"
-#include "src/log.h"
-#include "src/settings.h"
-#include "src/worker_pool.h"
+#include "testing/gpu_emulated.h"
 
 using namespace zipccl::net;
 using zipccl_test::DataKind;
@@ -111,7 +112,7 @@ TEST(GpuPathLines, MarkerAndLandingDecision) {
 // ---- the emulated device operations ----
 
 TEST(GpuPathEmulation, StreamOrderEventsAndCodec) {
-  if (settings().gpu != "emulate") GTEST_SKIP() << "emulation only (host pointers as device memory)";
+  if (!gpu::emulation_settings().enabled) GTEST_SKIP() << "emulation only (host pointers as device memory)";
   gpu::DeviceOps* ops = gpu::device_ops();
   ASSERT_NE(ops, nullptr);
   void* stream = nullptr;
@@ -349,7 +350,7 @@ Outcome run_pipeline(const std::vector<std::vector<uint8_t>>& msgs, int window, 
       return o;
     }
   }
-  const bool counted = settings().gpu == "emulate";
+  const bool counted = gpu::emulation_settings().enabled;
   const uint64_t setup_calls = counted ? gpu::emulated_setup_calls() : 0;
   if (after_regmr) after_regmr();
   Outcome out = exchange(send, recv, mem, msgs, dst, sbuf, rbuf, window, device_send, device_recv, mark_odd, kGuard);
@@ -458,8 +459,8 @@ std::vector<std::vector<uint8_t>> mixed_messages(int count, uint64_t seed) {
 class GpuPathPipeline : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!gpu::device_ops()) GTEST_SKIP() << "no device operations (ZIPCCL_GPU=emulate, or a usable GPU)";
-    if (settings().gpu_emulate_fail_every != 0) GTEST_SKIP() << "run without failure injection";
+    if (!gpu::device_ops()) GTEST_SKIP() << "no device operations (ZIPCCL_GPU_EMULATE=1, or a usable GPU)";
+    if (gpu::emulation_settings().fail_every != 0) GTEST_SKIP() << "run without failure injection";
   }
 };
 
@@ -500,8 +501,8 @@ TEST_F(GpuPathPipeline, IncompressibleGoesRawAndCompressibleAsFrames) {
 // Registered with ZIPCCL_GPU_EMULATE_FAIL_EVERY: a failing device encode sends raw (the data still
 // arrives), a failing device decode is an error on the receive - never a hang.
 TEST(GpuPathFaults, FailingCodecIsAnErrorNotAHang) {
-  if (settings().gpu != "emulate" || settings().gpu_emulate_fail_every == 0) {
-    GTEST_SKIP() << "needs ZIPCCL_GPU=emulate and ZIPCCL_GPU_EMULATE_FAIL_EVERY";
+  if (!gpu::emulation_settings().enabled || gpu::emulation_settings().fail_every == 0) {
+    GTEST_SKIP() << "needs ZIPCCL_GPU_EMULATE=1 and ZIPCCL_GPU_EMULATE_FAIL_EVERY";
   }
   if (settings().compress != CompressMode::kAlways) GTEST_SKIP() << "needs ZIPCCL_COMPRESS=always";
   std::vector<std::vector<uint8_t>> msgs;
@@ -518,8 +519,8 @@ TEST(GpuPathFaults, FailingCodecIsAnErrorNotAHang) {
 // call of the process fails. The emulation does the same; the transfer must end in an error on both
 // sides, soon, whichever stream operation faults - never in a wait for a result that cannot come.
 TEST(GpuPathDeviceFaults, StickyFaultIsAnErrorNotAHang) {
-  if (settings().gpu != "emulate" || settings().gpu_emulate_fail_every != 0) {
-    GTEST_SKIP() << "needs ZIPCCL_GPU=emulate without ZIPCCL_GPU_EMULATE_FAIL_EVERY";
+  if (!gpu::emulation_settings().enabled || gpu::emulation_settings().fail_every != 0) {
+    GTEST_SKIP() << "needs ZIPCCL_GPU_EMULATE=1 without ZIPCCL_GPU_EMULATE_FAIL_EVERY";
   }
   std::vector<std::vector<uint8_t>> msgs;
   for (int i = 0; i < 16; ++i) msgs.push_back(make_data(DataKind::kBf16Gauss, (300 << 10) + i, 90 + i));
@@ -543,8 +544,8 @@ TEST(GpuPathDeviceFaults, StickyFaultIsAnErrorNotAHang) {
 
 // A launch that fails (not sticky) fails its isend or receive at once.
 TEST(GpuPathDeviceFaults, FailedLaunchIsAnError) {
-  if (settings().gpu != "emulate" || settings().gpu_emulate_fail_every != 0) {
-    GTEST_SKIP() << "needs ZIPCCL_GPU=emulate without ZIPCCL_GPU_EMULATE_FAIL_EVERY";
+  if (!gpu::emulation_settings().enabled || gpu::emulation_settings().fail_every != 0) {
+    GTEST_SKIP() << "needs ZIPCCL_GPU_EMULATE=1 without ZIPCCL_GPU_EMULATE_FAIL_EVERY";
   }
   if (settings().compress != CompressMode::kAlways) GTEST_SKIP() << "needs ZIPCCL_COMPRESS=always";
   std::vector<std::vector<uint8_t>> msgs;
@@ -579,7 +580,7 @@ class Segments : public ::testing::Test {
   void SetUp() override {
     if (effective_segment_bytes(settings().segment_bytes) == 0) GTEST_SKIP() << "needs ZIPCCL_SEGMENT_BYTES";
     if (settings().compress != CompressMode::kAlways) GTEST_SKIP() << "needs ZIPCCL_COMPRESS=always";
-    if (settings().gpu_emulate_fail_every != 0) GTEST_SKIP() << "run without failure injection";
+    if (gpu::emulation_settings().fail_every != 0) GTEST_SKIP() << "run without failure injection";
     seg_ = effective_segment_bytes(settings().segment_bytes);
     set_logger(capture);
   }
@@ -627,7 +628,7 @@ class Segments : public ::testing::Test {
 
 TEST_F(Segments, HeadersOnTheWireCoverTheMessage) {
   for (bool device : {false, true}) {
-    if (device && settings().gpu != "emulate") continue;
+    if (device && !gpu::emulation_settings().enabled) continue;
     for (size_t size : {size_t(seg_), size_t(seg_) + 1, size_t(seg_) * 5 + 77}) {
       Wire wire;
       std::vector<uint8_t> msg = make_data(DataKind::kBf16Gauss, size, 9);
@@ -686,7 +687,7 @@ TEST_F(Segments, HostSegmentIsPostedBeforeTheNextIsEncoded) {
 // segment's D2H (copy stream) and post must not wait for the held encodes (one stream would: its copy
 // would queue behind them).
 TEST_F(Segments, DeviceSegmentIsPostedWhileLaterEncodesAreHeld) {
-  if (settings().gpu != "emulate") GTEST_SKIP() << "needs the emulation's encode gate";
+  if (!gpu::emulation_settings().enabled) GTEST_SKIP() << "needs the emulation's encode gate";
   Wire wire;
   std::vector<uint8_t> msg = make_data(DataKind::kBf16Gauss, seg_ * 6 + 5, 22);
   uint64_t base = gpu::emulated_encodes_done();

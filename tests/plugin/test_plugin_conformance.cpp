@@ -1,6 +1,6 @@
 // Conformance: every exported ncclNet_vN driven as NCCL's proxy drives it, over loopback.
 // The same binary runs under ZIPCCL_COMPRESS=never|always|auto (see CMakeLists.txt), and again with
-// ZIPCCL_TEST_PTR=cuda and ZIPCCL_GPU=emulate: the buffers are then registered as NCCL_PTR_CUDA and go
+// ZIPCCL_TEST_PTR=cuda and ZIPCCL_GPU_EMULATE=1: the buffers are then registered as NCCL_PTR_CUDA and go
 // through the plugin's GPU path (host emulation; docs/notes/gpu.md), odd receives marked LL/LL128.
 #include <gtest/gtest.h>
 

@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "layer/frame.h"
 #include "plugin_data.h"
 #include "plugin_driver.h"
-#include "src/frame.h"
-#include "src/socket_wire.h"
+#include "socket/socket_wire.h"
 #include "zipccl/codec.h"
 
 using namespace zipccl_test;

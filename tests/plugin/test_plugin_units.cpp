@@ -5,12 +5,14 @@
 
 #include <cstring>
 
-#include "src/frame.h"
-#include "src/policy.h"
-#include "src/settings.h"
-#include "src/socket_iface.h"
+#include "common/settings.h"
+#include "common/units.h"
+#include "layer/frame.h"
+#include "layer/policy.h"
+#include "socket/socket_iface.h"
 
 using namespace zipccl::net;
+namespace units = zipccl::units;
 
 namespace {
 bool choose(Policy& p, size_t n) {
@@ -84,6 +86,42 @@ TEST(Settings, ParseBytes) {
   EXPECT_FALSE(parse_bytes("99999999999999999999G", &v));
   EXPECT_EQ(format_bytes(256 << 10), "256KiB");
   EXPECT_EQ(format_bytes(1000), "1000B");
+}
+
+// The one grammar of sizes and durations (common/units.h), shared by the registry and the tool.
+TEST(Settings, UnitsGrammar) {
+  uint64_t v = 0;
+  std::string why;
+  struct Case {
+    const char* text;
+    uint64_t bytes;
+  } ok[] = {{"64K", 64 << 10},         {"64KiB", 64 << 10}, {"1.5M", 3 << 19},          {"2G", 2ull << 30},
+            {"0", 0},                  {"7B", 7},           {".5K", 512},               {"1TiB", 1ull << 40},
+            {"18446744073709551615", ~0ull}};
+  for (const Case& c : ok) {
+    EXPECT_TRUE(units::parse_size(c.text, &v, &why)) << c.text << ": " << why;
+    EXPECT_EQ(v, c.bytes) << c.text;
+  }
+  const char* bad[] = {"", "K", "-1", "1e3", "64KB", "1.3K", "0.5", "1..5K", "18446744073709551616", "16777216T"};
+  for (const char* b : bad) {
+    v = 42;
+    EXPECT_FALSE(units::parse_size(b, &v, &why)) << b;
+    EXPECT_EQ(v, 42u) << b << ": a rejected size leaves the output alone";
+    EXPECT_FALSE(why.empty()) << b;
+  }
+  EXPECT_FALSE(units::parse_size("16777216T", &v, &why));
+  EXPECT_EQ(why, "too large for 64 bits");
+  EXPECT_TRUE(units::parse_duration("30000", units::kMilliseconds, &v));
+  EXPECT_EQ(v, 30000u);
+  EXPECT_TRUE(units::parse_duration("1.5s", units::kMilliseconds, &v));
+  EXPECT_EQ(v, 1500u);
+  EXPECT_TRUE(units::parse_duration("2m", units::kMilliseconds, &v));
+  EXPECT_EQ(v, 120000u);
+  EXPECT_TRUE(units::parse_duration("250us", units::kMicroseconds, &v));
+  EXPECT_EQ(v, 250u);
+  EXPECT_FALSE(units::parse_duration("500us", units::kMilliseconds, &v, &why));  // half a millisecond
+  EXPECT_FALSE(units::parse_duration("5 s", units::kMilliseconds, &v, &why));
+  EXPECT_FALSE(units::parse_duration("99999999999999h", units::kMilliseconds, &v, &why));
 }
 
 TEST(Frame, ValidationRejectsEveryLie) {

@@ -56,7 +56,7 @@ TEST(RdmaSelection, NoDeviceMeansSocketTransport) {
 }
 
 // NCCL's regMr / regMrDmaBuf of CUDA memory and iflush with the socket transport. With a GPU path
-// (CTest runs this binary a second time with ZIPCCL_GPU=emulate) getProperties advertises
+// (CTest runs it again against the test build of the plugin, ZIPCCL_GPU_EMULATE=1) getProperties advertises
 // NCCL_PTR_CUDA and a CUDA regMr only records the type (no registration, no error); without one it is
 // refused, as advertised. The flush has nothing to do (null request). Host memory is unchanged.
 // Through the v11 table, as NCCL calls it.
@@ -71,8 +71,8 @@ TEST(RdmaSelection, CudaRegistrationAndFlushOnSockets) {
   zipccl::net_client::Net* table = &api->net();
   Props p;
   ASSERT_EQ(api->props(0, &p), ncclSuccess);
-  const char* gpu = std::getenv("ZIPCCL_GPU");
-  const bool cuda = gpu && std::string(gpu) == "emulate";
+  const char* gpu = std::getenv("ZIPCCL_GPU_EMULATE");
+  const bool cuda = gpu && std::string(gpu) == "1";
   EXPECT_EQ((p.ptr_support & NCCL_PTR_CUDA) != 0, cuda);
   std::vector<char> buf(1 << 16);  // stands in for device memory: sockets never touch it here
   void *mh_cuda = nullptr, *mh_dmabuf = nullptr, *mh_host = nullptr;

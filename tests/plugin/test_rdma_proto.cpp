@@ -10,9 +10,9 @@
 #include <random>
 #include <vector>
 
-#include "src/net_mr.h"
-#include "src/rdma_loopback.h"
-#include "src/rdma_proto.h"
+#include "abi/net_mr.h"
+#include "rdma/rdma_proto.h"
+#include "testing/rdma_loopback.h"
 
 using namespace zipccl::net;
 

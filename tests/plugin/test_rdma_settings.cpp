@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "src/rdma_select.h"
-#include "src/settings.h"
+#include "common/settings.h"
+#include "rdma/rdma_select.h"
 
 using namespace zipccl::net;
 

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "src/rdma_loopback.h"
-#include "src/rdma_proto.h"
-#include "src/rdma_transport.h"
+#include "rdma/rdma_proto.h"
+#include "rdma/rdma_transport.h"
+#include "testing/rdma_loopback.h"
 
 using namespace zipccl::net;
 

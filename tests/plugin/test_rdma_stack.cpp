@@ -11,10 +11,10 @@
 #include <random>
 #include <vector>
 
-#include "src/comm.h"
-#include "src/frame.h"
-#include "src/rdma_loopback.h"
-#include "src/rdma_proto.h"
+#include "layer/comm.h"
+#include "layer/frame.h"
+#include "rdma/rdma_proto.h"
+#include "testing/rdma_loopback.h"
 
 using namespace zipccl::net;
 

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "src/rdma_select.h"
+#include "rdma/rdma_select.h"
 
 using namespace zipccl::net;
 

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "src/log.h"
-#include "src/rdma_proto.h"
-#include "src/rdma_verbs.h"
+#include "common/log.h"
+#include "rdma/rdma_proto.h"
+#include "rdma/rdma_verbs.h"
 
 using namespace zipccl::net;
 

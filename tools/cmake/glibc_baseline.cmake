@@ -3,7 +3,7 @@
 # this machine's glibc (2.36 on Debian 12): symbol versions are bound at link time, and GCC's static
 # libstdc++ and unwinder and the static CUDA runtime name the newest ones. So they are compiled by
 # GCC/nvcc as usual but linked by Zig (tools/cmake/zig_link.sh) against glibc 2.28's symbols, with
-# plugin/src/glibc_compat.c supplying the few newer symbols that this machine's headers and GCC's
+# plugin/src/common/glibc_compat.c supplying the few newer symbols that this machine's headers and GCC's
 # runtime still reference. The test glibc_baseline (tests/glibc_baseline) checks the result.
 #
 # zipccl_glibc_baseline(<target>) applies this to one target where it can work: Linux x86_64, GCC,
@@ -53,7 +53,7 @@ function(zipccl_glibc_baseline target)
   if(NOT ZIPCCL_GLIBC_BASELINE_ACTIVE)
     return()
   endif()
-  target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/plugin/src/glibc_compat.c)
+  target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/plugin/src/common/glibc_compat.c)
   set_target_properties(${target} PROPERTIES CXX_LINKER_LAUNCHER
     "${PROJECT_SOURCE_DIR}/tools/cmake/zig_link.sh;${ZIPCCL_GLIBC_BASELINE};${ZIPCCL_ZIG_COMMAND};--")
   set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS

@@ -1,0 +1,285 @@
+// Thin adapters: one exported ncclNet_vN table per supported NCCL ABI (v7: NCCL 2.17 .. v12: 2.30+),
+// all forwarding to net.h. Every entry point catches everything: nothing unwinds into NCCL.
+#include <climits>
+#include <exception>
+#include <new>
+#include <type_traits>
+
+#include "abi/net.h"
+#include "abi/net_mr.h"
+#include "common/log.h"
+#include "nccl/net_v10.h"
+#include "nccl/net_v11.h"
+#include "nccl/net_v12.h"
+#include "nccl/net_v7.h"
+#include "nccl/net_v8.h"
+#include "nccl/net_v9.h"
+
+namespace zipccl {
+namespace net {
+namespace {
+
+template <typename F>
+ncclResult_t guard(const char* what, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    ZIPCCL_WARN("%s: out of memory", what);
+    return ncclSystemError;
+  } catch (const std::exception& e) {
+    ZIPCCL_WARN("%s: internal error: %s", what, e.what());
+    return ncclInternalError;
+  } catch (...) {
+    ZIPCCL_WARN("%s: unknown internal error", what);
+    return ncclInternalError;
+  }
+}
+
+ncclResult_t checked_size(int size, size_t* out) {
+  if (size < 0) {
+    ZIPCCL_WARN("negative message size %d", size);
+    return ncclInternalError;
+  }
+  *out = static_cast<size_t>(size);
+  return ncclSuccess;
+}
+
+template <typename P>
+void fill_common(const Properties& q, P* p) {
+  p->name = const_cast<char*>(q.name);
+  p->pciPath = const_cast<char*>(q.pci_path);
+  p->guid = q.guid;
+  p->ptrSupport = q.ptr_support;
+  p->speed = q.speed;
+  p->port = q.port;
+  p->latency = q.latency;
+  p->maxComms = q.max_comms;
+  p->maxRecvs = q.max_recvs;
+  p->netDeviceType = NCCL_NET_DEVICE_HOST;
+  p->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
+}
+
+template <typename P>
+void fill_v9(int dev, const Properties& q, P* p) {
+  fill_common(q, p);
+  p->regIsGlobal = 0;
+  p->forceFlush = 0;
+  p->vProps.ndevs = 1;
+  p->vProps.devs[0] = dev;
+  p->maxP2pBytes = q.max_bytes;
+  p->maxCollBytes = q.max_bytes;
+}
+
+ncclResult_t test_int(void* request, int* done, int* sizes) {
+  return guard("test", [&] {
+    size_t n = 0;
+    ncclResult_t r = net_test(request, done, &n);
+    if (r == ncclSuccess && *done && sizes)
+      *sizes = n > static_cast<size_t>(INT_MAX) ? INT_MAX : static_cast<int>(n);
+    return r;
+  });
+}
+
+// ---- shared by all versions ----
+ncclResult_t a_devices(int* ndev) {
+  return guard("devices", [&] { return net_devices(ndev); });
+}
+ncclResult_t a_accept(void* l, void** rc, ncclNetDeviceHandle_v7_t** dev) {
+  return guard("accept", [&] {
+    (void)dev;  // no device offload: NCCL's *dev stays as it set it
+    return net_accept(l, rc);
+  });
+}
+ncclResult_t a_listen(int dev, void* handle, void** l) {
+  return guard("listen", [&] { return net_listen(dev, handle, l); });
+}
+ncclResult_t a_connect(int dev, void* handle, void** sc, ncclNetDeviceHandle_v7_t**) {
+  return guard("connect", [&] { return net_connect(dev, handle, sc); });
+}
+ncclResult_t a_reg_mr_int(void* comm, void* data, int size, int type, void** mh) {
+  return guard("regMr", [&] {
+    size_t n;
+    ZIPCCL_CHECK(checked_size(size, &n));
+    return net_reg_mr(comm, data, n, type, mh);
+  });
+}
+ncclResult_t a_reg_mr(void* comm, void* data, size_t size, int type, void** mh) {
+  return guard("regMr", [&] { return net_reg_mr(comm, data, size, type, mh); });
+}
+// NCCL passes the dma-buf fd it exported for device memory (and data's offset in it); -1: none.
+ncclResult_t a_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                             void** mh) {
+  return guard("regMrDmaBuf", [&] { return net_reg_mr_dmabuf(comm, data, size, type, offset, fd, mh); });
+}
+ncclResult_t a_dereg_mr(void* comm, void* mh) {
+  return guard("deregMr", [&] { return net_dereg_mr(comm, mh); });
+}
+ncclResult_t a_isend_int(void* sc, void* data, int size, int tag, void* mh, void** req) {
+  return guard("isend", [&] {
+    size_t n;
+    ZIPCCL_CHECK(checked_size(size, &n));
+    return net_isend(sc, data, n, tag, mh, req);
+  });
+}
+ncclResult_t a_isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) {
+  return guard("isend", [&] { return net_isend(sc, data, size, tag, mh, req); });
+}
+ncclResult_t a_isend_p(void* sc, void* data, size_t size, int tag, void* mh, void*, void** req) {
+  return a_isend(sc, data, size, tag, mh, req);
+}
+ncclResult_t a_irecv_int(void* rc, int n, void** data, int* sizes, int* tags, void** mh, void** req) {
+  return guard("irecv", [&] {
+    if (n != 1 || !sizes) return net_irecv(rc, n, data, nullptr, tags, mh, req);
+    size_t s;
+    ZIPCCL_CHECK(checked_size(sizes[0], &s));
+    return net_irecv(rc, n, data, &s, tags, mh, req);
+  });
+}
+ncclResult_t a_irecv(void* rc, int n, void** data, size_t* sizes, int* tags, void** mh, void** req) {
+  return guard("irecv", [&] { return net_irecv(rc, n, data, sizes, tags, mh, req); });
+}
+ncclResult_t a_irecv_p(void* rc, int n, void** data, size_t* sizes, int* tags, void** mh, void**,
+                       void** req) {
+  return a_irecv(rc, n, data, sizes, tags, mh, req);
+}
+ncclResult_t a_iflush(void* rc, int n, void** data, int* sizes, void** mh, void** req) {
+  return guard("iflush", [&] { return net_iflush(rc, n, data, sizes, mh, req); });
+}
+ncclResult_t a_close_send(void* c) {
+  return guard("closeSend", [&] { return net_close_send(c); });
+}
+ncclResult_t a_close_recv(void* c) {
+  return guard("closeRecv", [&] { return net_close_recv(c); });
+}
+ncclResult_t a_close_listen(void* c) {
+  return guard("closeListen", [&] { return net_close_listen(c); });
+}
+
+// ---- per version ----
+ncclResult_t a_init(ncclDebugLogger_t logger) {
+  return guard("init", [&] { return net_init(logger); });
+}
+ncclResult_t a_init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
+  return a_init(logger);
+}
+ncclResult_t a_init_v11(void** ctx, uint64_t comm_id, ncclNetCommConfig_v11_t*, ncclDebugLogger_t logger,
+                        ncclProfilerCallback_t) {
+  return guard("init", [&] { return net_init_ctx(ctx, comm_id, logger); });
+}
+ncclResult_t a_init_v12(void** ctx, uint64_t comm_id, ncclNetCommConfig_v12_t*, ncclDebugLogger_t logger,
+                        ncclProfilerCallback_t) {
+  return guard("init", [&] { return net_init_ctx(ctx, comm_id, logger); });
+}
+ncclResult_t a_finalize_v11(void* ctx) {
+  return guard("finalize", [&] { return net_finalize_ctx(ctx); });
+}
+ncclResult_t a_set_net_attr_v11(void*, ncclNetAttr_v11_t*) {
+  return ncclSuccess;
+}  // hints only
+ncclResult_t a_set_net_attr_v12(void*, ncclNetAttr_v12_t*) {
+  return ncclSuccess;
+}
+
+ncclResult_t a_props_v7(int dev, ncclNetProperties_v7_t* p) {
+  return guard("getProperties", [&] {
+    Properties q;
+    ZIPCCL_CHECK(net_properties(dev, &q));
+    fill_common(q, p);
+    return ncclSuccess;
+  });
+}
+ncclResult_t a_props_v8(int dev, ncclNetProperties_v8_t* p) {
+  return guard("getProperties", [&] {
+    Properties q;
+    ZIPCCL_CHECK(net_properties(dev, &q));
+    fill_common(q, p);
+    p->regIsGlobal = 0;
+    return ncclSuccess;
+  });
+}
+ncclResult_t a_props_v9(int dev, ncclNetProperties_v9_t* p) {
+  return guard("getProperties", [&] {
+    Properties q;
+    ZIPCCL_CHECK(net_properties(dev, &q));
+    fill_v9(dev, q, p);
+    return ncclSuccess;
+  });
+}
+ncclResult_t a_props_v10(int dev, ncclNetProperties_v10_t* p) {
+  return guard("getProperties", [&] {
+    Properties q;
+    ZIPCCL_CHECK(net_properties(dev, &q));
+    fill_v9(dev, q, p);
+    return ncclSuccess;
+  });
+}
+// v11 adds maxMultiRequestSize, v12 the rail and plane: undefined, zipccl's devices are not mapped
+// onto a rail topology.
+template <typename P>
+ncclResult_t a_props_v11_up(int dev, P* p) {
+  return guard("getProperties", [&] {
+    Properties q;
+    ZIPCCL_CHECK(net_properties(dev, &q));
+    fill_v9(dev, q, p);
+    p->maxMultiRequestSize = 1;
+    if constexpr (std::is_same_v<P, ncclNetProperties_v12_t>) {
+      p->railId = NCCL_NET_ID_UNDEF;
+      p->planeId = NCCL_NET_ID_UNDEF;
+    }
+    return ncclSuccess;
+  });
+}
+ncclResult_t a_connect_v10(int dev, ncclNetCommConfig_v10_t*, void* handle, void** sc,
+                           ncclNetDeviceHandle_v10_t** dc) {
+  return a_connect(dev, handle, sc, dc);
+}
+ncclResult_t a_listen_v11(void*, int dev, void* handle, void** l) {
+  return a_listen(dev, handle, l);
+}
+ncclResult_t a_connect_v11(void*, int dev, void* handle, void** sc, ncclNetDeviceHandle_v11_t** dc) {
+  return a_connect(dev, handle, sc, dc);
+}
+
+}  // namespace
+}  // namespace net
+}  // namespace zipccl
+
+using namespace zipccl::net;
+
+// The only exported symbols (see exports.map). `extern "C"` without braces gives these const objects
+// external linkage.
+extern "C" __attribute__((visibility("default"))) const ncclNet_v7_t ncclNetPlugin_v7 = {
+    kPluginName,  a_init,          a_devices,      a_props_v7,  a_listen,    a_connect, a_accept,
+    a_reg_mr_int, a_reg_mr_dmabuf, a_dereg_mr,     a_isend_int, a_irecv_int, a_iflush,  test_int,
+    a_close_send, a_close_recv,    a_close_listen, nullptr,     nullptr};
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlugin_v8 = {
+    kPluginName,  a_init,          a_devices,      a_props_v8,  a_listen,    a_connect, a_accept,
+    a_reg_mr,     a_reg_mr_dmabuf, a_dereg_mr,     a_isend_int, a_irecv_int, a_iflush,  test_int,
+    a_close_send, a_close_recv,    a_close_listen, nullptr,     nullptr};
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v9_t ncclNetPlugin_v9 = {
+    kPluginName,  a_init,          a_devices,      a_props_v9, a_listen, a_connect, a_accept,
+    a_reg_mr,     a_reg_mr_dmabuf, a_dereg_mr,     a_isend,    a_irecv,  a_iflush,  test_int,
+    a_close_send, a_close_recv,    a_close_listen, nullptr,    nullptr,  nullptr};
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
+    kPluginName,  a_init_v10,      a_devices,      a_props_v10, a_listen,  a_connect_v10, a_accept,
+    a_reg_mr,     a_reg_mr_dmabuf, a_dereg_mr,     a_isend_p,   a_irecv_p, a_iflush,      test_int,
+    a_close_send, a_close_recv,    a_close_listen, nullptr,     nullptr,   nullptr};
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
+    kPluginName,     a_init_v11,        a_devices,    a_props_v11_up<ncclNetProperties_v11_t>,
+    a_listen_v11,    a_connect_v11,     a_accept,     a_reg_mr,
+    a_reg_mr_dmabuf, a_dereg_mr,        a_isend_p,    a_irecv_p,
+    a_iflush,        test_int,          a_close_send, a_close_recv,
+    a_close_listen,  nullptr,           nullptr,      nullptr,
+    a_finalize_v11,  a_set_net_attr_v11};
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
+    kPluginName,     a_init_v12,        a_devices,    a_props_v11_up<ncclNetProperties_v12_t>,
+    a_listen_v11,    a_connect_v11,     a_accept,     a_reg_mr,
+    a_reg_mr_dmabuf, a_dereg_mr,        a_isend_p,    a_irecv_p,
+    a_iflush,        test_int,          a_close_send, a_close_recv,
+    a_close_listen,  nullptr,           nullptr,      nullptr,
+    a_finalize_v11,  a_set_net_attr_v12};

@@ -1,0 +1,51 @@
+// The one internal implementation behind every exported ncclNet_vN table. Signatures follow the newest
+// ABI in spirit (size_t sizes); the adapters in nccl_adapters.cpp convert. These functions may throw
+// (std::bad_alloc); the adapters catch everything.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "nccl/net_common.h"
+
+namespace zipccl {
+namespace net {
+
+struct Properties {
+  const char* name;
+  const char* pci_path;
+  uint64_t guid;
+  int ptr_support;
+  int speed;
+  int port;
+  float latency;
+  int max_comms;
+  int max_recvs;
+  size_t max_bytes;  // per message (test() reports an int)
+};
+
+constexpr const char kPluginName[] = "zipccl";
+
+ncclResult_t net_init(ncclDebugLogger_t logger);
+// v11: init is per communicator; the returned context goes back to finalize.
+ncclResult_t net_init_ctx(void** ctx, uint64_t comm_id, ncclDebugLogger_t logger);
+ncclResult_t net_finalize_ctx(void* ctx);
+ncclResult_t net_devices(int* ndev);
+ncclResult_t net_properties(int dev, Properties* props);
+ncclResult_t net_listen(int dev, void* handle, void** listen_comm);
+ncclResult_t net_connect(int dev, void* handle, void** send_comm);
+ncclResult_t net_accept(void* listen_comm, void** recv_comm);
+ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle);
+ncclResult_t net_dereg_mr(void* comm, void* mhandle);
+ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request);
+ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
+                       void** mhandles, void** request);
+ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request);
+// *size is the byte count sent, or the uncompressed byte count received.
+ncclResult_t net_test(void* request, int* done, size_t* size);
+ncclResult_t net_close_send(void* send_comm);
+ncclResult_t net_close_recv(void* recv_comm);
+ncclResult_t net_close_listen(void* listen_comm);
+
+}  // namespace net
+}  // namespace zipccl

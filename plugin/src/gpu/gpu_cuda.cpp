@@ -1,0 +1,255 @@
+// CUDA implementation of the device operations (built only with the toolkit: ZIPCCL_PLUGIN_CUDA).
+// The runtime is linked statically and loads the driver (libcuda.so.1) itself at the first call, so
+// the plugin still loads on a machine without a driver; cuda_ops() then returns nullptr and the
+// plugin advertises host memory only. Opt-in (ZIPCCL_GPU=on) until tests/gpu/run_device_checks.sh
+// passes on a GPU (docs/notes/gpu.md).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "common/log.h"
+#include "common/settings.h"
+#include "gpu/gpu_path.h"
+#include "zipccl/codec_cuda.h"
+
+namespace zipccl {
+namespace net {
+namespace gpu {
+
+cudaError_t launch_land_lines(void* dst, const void* src, size_t n, int max_sms, cudaStream_t stream);
+cudaError_t prepare_land_lines();
+
+namespace {
+
+namespace cg = codec::gpu;
+static_assert(sizeof(Result) == sizeof(cg::CodecResult), "Result mirrors CodecResult");
+static_assert(offsetof(Result, ready) == offsetof(cg::CodecResult, ready), "Result mirrors CodecResult");
+
+// A failing CUDA call fails the request with ncclUnhandledCudaError. It is logged as a WARN the first
+// time each error code is seen in the process, naming the call: a kernel fault is sticky, so every
+// later call of every comm fails with the same code, and those repeats go to INFO.
+ncclResult_t cuda_failed(const char* call, cudaError_t e, const char* file, int line) {
+  static std::mutex mu;
+  static std::vector<cudaError_t> seen;
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    first = std::find(seen.begin(), seen.end(), e) == seen.end();
+    if (first) seen.push_back(e);
+  }
+  if (first) {
+    ZIPCCL_WARN("%s failed: %s (%s:%d)", call, cudaGetErrorString(e), file, line);
+  } else {
+    ZIPCCL_INFO(NCCL_NET, "%s failed again: %s (%s:%d)", call, cudaGetErrorString(e), file, line);
+  }
+  return ncclUnhandledCudaError;
+}
+
+#define ZIPCCL_CUDA_CHECK(call)                                                          \
+  do {                                                                                   \
+    cudaError_t zipccl_err_ = (call);                                                    \
+    if (zipccl_err_ != cudaSuccess) return cuda_failed(#call, zipccl_err_, __FILE__, __LINE__); \
+  } while (0)
+
+struct CudaStream {
+  cudaStream_t stream = nullptr;
+  int dev = 0;
+  void* enc_ws = nullptr;
+  size_t enc_ws_size = 0;
+  void* dec_ws = nullptr;
+  size_t dec_ws_size = 0;
+  cg::CodecResult* dev_results = nullptr;  // [0] encode, [1] decode (stream-ordered reuse)
+  std::vector<void*> retired;              // replaced workspaces, freed at destroy
+};
+
+class CudaOps final : public DeviceOps {
+ public:
+  const char* name() const override { return "CUDA"; }
+
+  int device_of(const void* p) override {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();  // unregistered host memory on old runtimes: not an error for us
+      return -1;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
+  }
+  ncclResult_t make_current(int dev) override {
+    ZIPCCL_CUDA_CHECK(cudaSetDevice(dev));
+    return ncclSuccess;
+  }
+  ncclResult_t prepare(int dev) override {
+    ZIPCCL_CUDA_CHECK(cudaSetDevice(dev));
+    cudaError_t e = cudaSuccess;
+    cg::LaunchOptions l;
+    l.cuda_error = &e;
+    const cg::GpuStatus st = cg::prepare_device(l);
+    if (st != cg::GpuStatus::kOk) {
+      ZIPCCL_WARN("loading the codec kernels on GPU %d failed: %s%s%s", dev, cg::gpu_status_string(st),
+                  st == cg::GpuStatus::kCudaError ? ": " : "", st == cg::GpuStatus::kCudaError ? cudaGetErrorString(e) : "");
+      return st == cg::GpuStatus::kCudaError ? ncclUnhandledCudaError : ncclInternalError;
+    }
+    ZIPCCL_CUDA_CHECK(prepare_land_lines());
+    return ncclSuccess;
+  }
+  ncclResult_t create_stream(int dev, void** stream) override {
+    ZIPCCL_CUDA_CHECK(cudaSetDevice(dev));
+    auto* s = new CudaStream;
+    s->dev = dev;
+    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc(&s->dev_results, 2 * sizeof(cg::CodecResult));
+    if (e == cudaSuccess) e = cudaMemsetAsync(s->dev_results, 0, 2 * sizeof(cg::CodecResult), s->stream);
+    if (e != cudaSuccess) {
+      ZIPCCL_WARN("creating the GPU path's stream on GPU %d failed: %s", dev, cudaGetErrorString(e));
+      if (s->stream) cudaStreamDestroy(s->stream);
+      delete s;
+      return ncclUnhandledCudaError;
+    }
+    *stream = s;
+    return ncclSuccess;
+  }
+  void destroy_stream(void* stream) override {
+    auto* s = static_cast<CudaStream*>(stream);
+    cudaSetDevice(s->dev);
+    cudaStreamSynchronize(s->stream);  // close path only: the comm's buffers must be idle
+    for (void* p : s->retired) cudaFree(p);
+    cudaFree(s->enc_ws);
+    cudaFree(s->dec_ws);
+    cudaFree(s->dev_results);
+    cudaStreamDestroy(s->stream);
+    delete s;
+  }
+  ncclResult_t create_event(void*, void** event) override {
+    cudaEvent_t e = nullptr;
+    ZIPCCL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *event = e;
+    return ncclSuccess;
+  }
+  void destroy_event(void* event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+  ncclResult_t alloc_device(size_t n, void** p) override {
+    ZIPCCL_CUDA_CHECK(cudaMalloc(p, n));
+    return ncclSuccess;
+  }
+  void free_device(void* p) override { cudaFree(p); }
+  ncclResult_t alloc_host(size_t n, void** p) override {
+    ZIPCCL_CUDA_CHECK(cudaHostAlloc(p, n, cudaHostAllocMapped | cudaHostAllocPortable));
+    return ncclSuccess;
+  }
+  void free_host(void* p) override { cudaFreeHost(p); }
+  ncclResult_t reserve_workspace(void* stream, size_t bytes) override {
+    auto* s = static_cast<CudaStream*>(stream);
+    ZIPCCL_CHECK(workspace(s, cg::encode_workspace_size(bytes), &s->enc_ws, &s->enc_ws_size));
+    return workspace(s, cg::decode_workspace_size(1), &s->dec_ws, &s->dec_ws_size);
+  }
+
+  ncclResult_t encode(void* stream, const void* src, size_t n, void* dst, size_t cap, codec::ElemType type,
+                      int max_sms, Result* out) override {
+    auto* s = static_cast<CudaStream*>(stream);
+    cg::CodecResult* host = nullptr;
+    ZIPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host), out, 0));
+    cg::GpuEncodeOptions opt;
+    opt.type = type;
+    cudaError_t e = cudaSuccess;
+    return launched("encode_async", cg::encode_async(src, n, dst, cap, s->dev_results, host, s->enc_ws,
+                                                     s->enc_ws_size, opt, launch(s, max_sms, &e)), e);
+  }
+  ncclResult_t decode(void* stream, const void* src, size_t n, void* dst, size_t cap, int max_sms,
+                      Result* out) override {
+    auto* s = static_cast<CudaStream*>(stream);
+    cg::CodecResult* host = nullptr;
+    ZIPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host), out, 0));
+    cudaError_t e = cudaSuccess;
+    return launched("decode_async", cg::decode_async(src, n, dst, cap, s->dev_results + 1, host, s->dec_ws,
+                                                     s->dec_ws_size, launch(s, max_sms, &e)), e);
+  }
+  ncclResult_t copy(void* stream, void* dst, const void* src, size_t n, Copy kind) override {
+    if (!n) return ncclSuccess;
+    cudaMemcpyKind k = kind == Copy::kDeviceToHost   ? cudaMemcpyDeviceToHost
+                       : kind == Copy::kHostToDevice ? cudaMemcpyHostToDevice
+                                                     : cudaMemcpyDeviceToDevice;
+    ZIPCCL_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, k, static_cast<CudaStream*>(stream)->stream));
+    return ncclSuccess;
+  }
+  ncclResult_t land_lines(void* stream, void* dst, const void* src, size_t n) override {
+    ZIPCCL_CUDA_CHECK(launch_land_lines(dst, src, n, max_sms_, static_cast<CudaStream*>(stream)->stream));
+    return ncclSuccess;
+  }
+  ncclResult_t record(void* stream, void* event) override {
+    ZIPCCL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<CudaStream*>(stream)->stream));
+    return ncclSuccess;
+  }
+  ncclResult_t query(void* event, bool* done) override {
+    cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (e == cudaErrorNotReady) {
+      *done = false;
+      return ncclSuccess;
+    }
+    ZIPCCL_CUDA_CHECK(e);
+    *done = true;
+    return ncclSuccess;
+  }
+
+  int max_sms_ = 16;
+
+ private:
+  static cg::LaunchOptions launch(CudaStream* s, int max_sms, cudaError_t* e) {
+    cg::LaunchOptions l;
+    l.stream = s->stream;
+    l.max_sms = max_sms;
+    l.cuda_error = e;
+    return l;
+  }
+  static ncclResult_t launched(const char* what, cg::GpuStatus st, cudaError_t e) {
+    if (st == cg::GpuStatus::kOk) return ncclSuccess;
+    if (st == cg::GpuStatus::kCudaError) return cuda_failed(what, e, __FILE__, __LINE__);
+    ZIPCCL_WARN("GPU %s could not be launched: %s", what, cg::gpu_status_string(st));
+    return ncclInternalError;
+  }
+  // Grow-only workspace, sized at regMr (reserve_workspace); the old one stays allocated until the
+  // stream is destroyed (a cudaFree would wait for the device). encode/decode never call this: a
+  // message larger than the registration fails with kWorkspaceTooSmall.
+  static ncclResult_t workspace(CudaStream* s, size_t need, void** ws, size_t* size) {
+    if (*ws && *size >= need) return ncclSuccess;
+    size_t want = need < (1u << 20) ? (1u << 20) : need;
+    void* p = nullptr;
+    ZIPCCL_CUDA_CHECK(cudaMalloc(&p, want));
+    cg::LaunchOptions l;
+    l.stream = s->stream;
+    if (cg::init_workspace(p, want, l) != cg::GpuStatus::kOk) {
+      cudaFree(p);
+      ZIPCCL_WARN("clearing a %zu-byte codec workspace failed", want);
+      return ncclUnhandledCudaError;
+    }
+    if (*ws) s->retired.push_back(*ws);
+    *ws = p;
+    *size = want;
+    return ncclSuccess;
+  }
+};
+
+}  // namespace
+
+DeviceOps* cuda_ops() {
+  static std::once_flag once;
+  static CudaOps* ops = nullptr;
+  std::call_once(once, [] {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+      (void)cudaGetLastError();
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path off: no usable CUDA device (%s)",
+                  e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+      return;
+    }
+    ops = new CudaOps;  // process lifetime (nodelete library)
+    ops->max_sms_ = settings().gpu_max_sms;
+    ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: CUDA, %d device(s)", n);
+  });
+  return ops;
+}
+
+}  // namespace gpu
+}  // namespace net
+}  // namespace zipccl

@@ -1,0 +1,227 @@
+// The plugin's GPU path: the small set of device operations the send/receive pipeline needs, behind one
+// interface with two implementations - CUDA (gpu_cuda.cpp, built with the toolkit) and a host
+// emulation for tests (plugin/testing/gpu_emulated.cpp: "device memory" is host memory, stream work
+// runs on a helper thread, optionally delayed, so ordering bugs show on a CPU). Design and the LL/LL128 facts:
+// docs/notes/gpu.md ("The plugin's GPU path").
+//
+// Contract: every enqueueing call returns at once (stream-ordered, never a blocking synchronisation of
+// the proxy thread); completion is seen by polling (query_event, result_ready). All calls for one
+// stream come from one thread (NCCL's proxy thread of that connection); create/destroy and the
+// allocators are thread-safe. Errors: ncclUnhandledCudaError for a failing CUDA call (with a WARN that
+// names it), ncclInternalError for misuse.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "nccl/net_common.h"
+#include "zipccl/codec.h"
+
+namespace zipccl {
+namespace net {
+namespace gpu {
+
+// Same layout as codec::gpu::CodecResult (static_assert in gpu_cuda.cpp): written by the device (or
+// the emulation's helper thread) into pinned host memory; `ready` becomes 1 after size and status.
+struct Result {
+  uint64_t size;
+  int32_t status;  // codec::Status
+  uint32_t ready;
+};
+
+inline bool result_ready(const Result* r) {
+  return __atomic_load_n(&r->ready, __ATOMIC_ACQUIRE) != 0;
+}
+inline void result_clear(Result* r) {
+  r->size = 0;
+  r->status = 0;
+  __atomic_store_n(&r->ready, 0u, __ATOMIC_RELEASE);
+}
+
+enum class Copy { kDeviceToHost, kHostToDevice, kDeviceToDevice };
+
+class DeviceOps {
+ public:
+  virtual ~DeviceOps() = default;
+  virtual const char* name() const = 0;
+  // CUDA ordinal of the device owning `p`, or -1 when it is not device memory.
+  virtual int device_of(const void* p) = 0;
+  // Makes `dev` current on the calling thread.
+  virtual ncclResult_t make_current(int dev) = 0;
+
+  // ---- setup and teardown: may synchronise the device or load modules, so they run only at regMr
+  // (Channel::reserve) and at close, never between a comm's first isend/irecv and its close ----
+  // Loads and configures every kernel of the GPU path on `dev` (CUDA loads modules lazily, and a
+  // module load while NCCL's kernel spins on the proxy thread can deadlock). Idempotent.
+  virtual ncclResult_t prepare(int dev) = 0;
+  // A non-blocking stream on `dev` (made current first).
+  virtual ncclResult_t create_stream(int dev, void** stream) = 0;
+  // Waits for the stream's work (comm close only), frees it and its workspaces.
+  virtual void destroy_stream(void* stream) = 0;
+  // The stream's codec workspaces, sized for messages of up to `bytes`: encode()/decode() never
+  // allocate, and fail on a larger message.
+  virtual ncclResult_t reserve_workspace(void* stream, size_t bytes) = 0;
+  virtual ncclResult_t create_event(void* stream, void** event) = 0;
+  virtual void destroy_event(void* event) = 0;
+  // Device memory on the current device, and pinned host memory the device can write (mapped).
+  virtual ncclResult_t alloc_device(size_t n, void** p) = 0;
+  virtual void free_device(void* p) = 0;
+  virtual ncclResult_t alloc_host(size_t n, void** p) = 0;
+  virtual void free_host(void* p) = 0;
+
+  // ---- enqueued on `stream`, return immediately ----
+  // One codec frame of src[0, n) into dst (cap >= max_encoded_size(n)); *host_result (pinned) becomes
+  // ready with the frame size and status. max_sms bounds the grid (0: the device's).
+  virtual ncclResult_t encode(void* stream, const void* src, size_t n, void* dst, size_t cap,
+                              codec::ElemType type, int max_sms, Result* host_result) = 0;
+  // Decodes the frame src[0, n) into dst[0, cap); never writes past cap.
+  virtual ncclResult_t decode(void* stream, const void* src, size_t n, void* dst, size_t cap, int max_sms,
+                              Result* host_result) = 0;
+  virtual ncclResult_t copy(void* stream, void* dst, const void* src, size_t n, Copy kind) = 0;
+  // Device-to-device copy in which each 128-byte line's last 8 bytes (an LL128 flag) become visible
+  // only after the line's other bytes (line_order() below).
+  virtual ncclResult_t land_lines(void* stream, void* dst, const void* src, size_t n) = 0;
+  virtual ncclResult_t record(void* stream, void* event) = 0;
+  // Non-blocking: *done once everything enqueued before the last record() has finished. An error
+  // here (a faulted kernel: CUDA's errors from kernels are sticky) fails the request, never hangs it.
+  virtual ncclResult_t query(void* event, bool* done) = 0;
+};
+
+// The process's device operations, chosen once: what the factory a test double registered returns
+// (set_device_ops_factory), unless nullptr, else by ZIPCCL_GPU: "off" (the default until the device checks pass on a
+// GPU) -> nullptr; "on"/"auto" -> CUDA when this build has it and a device is usable, else nullptr
+// ("on" WARNs then). CUDA_DEVICE_MAX_CONNECTIONS=1 turns the CUDA path off (gpu_path_blocker()).
+// Thread-safe.
+DeviceOps* device_ops();
+// For test doubles (plugin/testing): device_ops() returns factory() when that is not nullptr instead of
+// choosing by ZIPCCL_GPU, with a WARN that says `what`. Call before the first device_ops() (from a
+// static initializer).
+using DeviceOpsFactory = DeviceOps* (*)();
+void set_device_ops_factory(DeviceOpsFactory factory, const char* what);
+// Why the CUDA path must stay off in this process whatever ZIPCCL_GPU says, or nullptr. With a
+// single hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, Megatron's setting) the plugin's launches
+// queue behind the application's next kernel, which waits for NCCL's, which waits for the plugin.
+const char* gpu_path_blocker();
+// The CUDA implementation, or nullptr (no toolkit in this build, no driver, no device). Logs why.
+DeviceOps* cuda_ops();
+
+// ---- LL/LL128 (docs/notes/gpu.md) ----
+// NCCL (v9+ ABI, NCCL_NET_OPTIONAL_RECV_COMPLETION=1, its default) stores this value in *request before
+// irecv for LL and LL128 receives of one buffer: the GPU polls flags inside the data and may consume
+// lines before test() reports completion.
+constexpr uintptr_t kOptionalRecvCompletion = 0x1;
+inline bool marks_flag_protocol(void* const* request) {
+  return request && reinterpret_cast<uintptr_t>(*request) == kOptionalRecvCompletion;
+}
+enum class Landing { kOrdered, kMarked };  // ZIPCCL_GPU_LANDING
+// Whether a device receive must land flag-last: always under kOrdered (NCCL may not mark: older
+// versions, NCCL_NET_OPTIONAL_RECV_COMPLETION=0), only marked receives under kMarked.
+inline bool needs_ordered_landing(Landing mode, bool marked) {
+  return mode == Landing::kOrdered || marked;
+}
+
+constexpr size_t kLineBytes = 128;  // NCCL_LL128_LINEELEMS (16) x 8 bytes
+constexpr size_t kFlagBytes = 8;    // the line's last u64 (NCCL_LL128_FLAGTHREAD holds it)
+// The store order of land_lines() over n bytes, as (offset, length) pieces in program order, with a
+// fence between a line's body and its flag word. The CUDA kernel writes one line per thread in this
+// order; the emulation and the tests use it directly.
+struct Piece {
+  size_t offset;
+  size_t length;
+  bool fence_before;
+};
+template <typename Fn>
+void line_order(size_t n, Fn&& fn) {
+  for (size_t line = 0; line < n; line += kLineBytes) {
+    size_t len = n - line < kLineBytes ? n - line : kLineBytes;
+    if (len > kFlagBytes) {
+      fn(Piece{line, len - kFlagBytes, false});
+      fn(Piece{line + len - kFlagBytes, kFlagBytes, true});
+    } else {
+      fn(Piece{line, len, false});
+    }
+  }
+}
+
+// Per-comm device state: the stream (codec work, receive copies), a second stream for send-side D2H
+// copies (so a segment's copy never waits behind encodes enqueued after it), and staging. Everything
+// that allocates, creates or loads happens in reserve(), called at regMr of device memory; the data
+// path only takes regions of the staging arenas and polls.
+//
+// Staging: one arena per kind (pinned host, device, landing), each a bump allocator that restarts
+// when no request holds a region. A request takes its regions when it starts and returns them when
+// it completes; a start that finds its arena full returns "try later" (isend/irecv hand NCCL no
+// request, and NCCL retries), so memory stays bounded and no allocation happens mid-run.
+class Channel {
+ public:
+  Channel(DeviceOps* ops, int slots) : ops_(ops), slots_(static_cast<size_t>(slots)) {}
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  DeviceOps* ops() const { return ops_; }
+  void* stream() const { return stream_; }
+  void* copy_stream() const { return copy_stream_; }
+  int device() const { return dev_; }
+  // Prepares this comm for device messages of up to `bytes` on `dev` (regMr of a `bytes` buffer):
+  // binds to the device (streams; later registrations must be on it), loads the kernels, sizes the
+  // codec workspaces and the arenas, and creates the results of `segments` per message and, for a
+  // sender (seg_events), their copy-stream events.
+  ncclResult_t reserve(int dev, size_t bytes, size_t segments, bool seg_events);
+  // regMr of device memory at `data` for a comm of `slots` requests: creates *ch at the first one
+  // (on the process's device operations; an error when the GPU path is off) and reserves.
+  static ncclResult_t reserve_for(std::unique_ptr<Channel>* ch, int slots, const void* data, size_t bytes,
+                                  size_t segments, bool seg_events);
+  bool reserved() const { return dev_ >= 0; }
+  // Makes the bound device current on the calling thread, checking that `dev` is it.
+  ncclResult_t bind(int dev);
+  enum class Buf { kHost, kDevice, kLand };
+  // Slot's region of arena `which`, at least n bytes: taken at the first call of a request, the same
+  // region afterwards. *p is null when the arena is busy now (try later); an error when n exceeds
+  // what reserve() prepared.
+  ncclResult_t buffer(int slot, Buf which, size_t n, void** p);
+  // Returns the slot's regions (its request completed).
+  void release(int slot);
+  ncclResult_t record(int slot);
+  ncclResult_t query(int slot, bool* done);
+  // Segment j of the slot's message: a pinned Result, and an event recorded on the copy stream.
+  ncclResult_t seg_result(int slot, size_t j, Result** r);
+  ncclResult_t seg_record(int slot, size_t j);
+  ncclResult_t seg_query(int slot, size_t j, bool* done);
+
+ private:
+  struct Arena {
+    char* base = nullptr;
+    size_t cap = 0, head = 0;
+    int live = 0;  // regions handed out and not yet returned
+  };
+  struct Region {
+    Arena* arena = nullptr;
+    void* p = nullptr;
+    size_t size = 0;
+  };
+  struct Slot {
+    Region buf[3];
+    void* event = nullptr;
+    Result* results = nullptr;    // `segments_` of them, pinned
+    std::vector<void*> seg_events;  // on the copy stream
+  };
+  ncclResult_t grow(int kind, size_t cap);
+  void free_arena(int kind, Arena* a);
+  DeviceOps* ops_;
+  std::vector<Slot> slots_;
+  std::vector<std::unique_ptr<Arena>> arenas_[3];  // the last one is current; older ones drain
+  std::vector<Result*> retired_results_;           // replaced by a larger reserve(), freed at close
+  size_t bytes_ = 0;     // largest message reserve() prepared for
+  size_t segments_ = 0;  // most segments per message prepared for
+  void* stream_ = nullptr;
+  void* copy_stream_ = nullptr;
+  int dev_ = -1;
+};
+
+}  // namespace gpu
+}  // namespace net
+}  // namespace zipccl

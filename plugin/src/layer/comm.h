@@ -1,0 +1,245 @@
+// The compressing layer: NCCL-facing send and receive comms over any transport connection. Each
+// message travels as a frame header (frame.h) plus either the message (raw) or one codec frame.
+// Host buffers are encoded and decoded on the worker pool; device buffers (NCCL_PTR_CUDA) on the GPU
+// through gpu_path.h (send: encode into device staging, copy the frame to pinned staging, post;
+// receive: pinned staging, copy to the device, decode into NCCL's buffer). The proxy thread only polls.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_path.h"
+#include "layer/frame.h"
+#include "layer/policy.h"
+#include "layer/stats.h"
+#include "layer/worker_pool.h"
+#include "nccl/net_common.h"
+#include "transport.h"
+#include "zipccl/codec.h"
+
+namespace zipccl {
+namespace net {
+
+constexpr uint32_t kSendCommMagic = 0x53435a5au;
+constexpr uint32_t kRecvCommMagic = 0x52435a5au;
+constexpr uint32_t kListenCommMagic = 0x4c435a5au;
+constexpr uint32_t kRequestMagic = 0x51435a5au;
+constexpr uint32_t kDeadMagic = 0xdeadbeefu;
+
+// First member of every object handed to NCCL, so a pointer coming back can be checked.
+struct CommHeader {
+  uint32_t magic;
+};
+
+class SendComm;
+class RecvComm;
+
+struct RequestHeader {
+  uint32_t magic = kRequestMagic;
+  bool is_send = false;
+  void* comm = nullptr;
+};
+
+class EncodeJob final : public Job {
+ public:
+  void run() override;
+  const void* src = nullptr;
+  size_t n = 0;
+  void* dst = nullptr;
+  size_t cap = 0;
+  codec::ElemType type = codec::ElemType::kAuto;
+  size_t out = 0;
+  codec::Status status = codec::Status::kOk;
+  uint64_t ns = 0;
+};
+
+class DecodeJob final : public Job {
+ public:
+  void run() override;
+  const void* src = nullptr;
+  size_t n = 0;
+  void* dst = nullptr;
+  size_t cap = 0;
+  size_t out = 0;
+  codec::Status status = codec::Status::kOk;
+  uint64_t ns = 0;
+};
+
+class SendComm {
+ public:
+  SendComm(SendConn* conn, const DeviceInfo& dev);
+  ~SendComm();  // waits for its codec jobs, reports statistics
+  // device: `data` is device memory (the mhandle's type is NCCL_PTR_CUDA).
+  ncclResult_t isend(void* data, size_t size, int tag, bool device, void** request);
+  ncclResult_t isend(void* data, size_t size, int tag, void** request) {  // host memory
+    return isend(data, size, tag, false, request);
+  }
+  ncclResult_t test(void* request, int* done, size_t* size);
+  // regMr of `size` bytes of device memory at `data`: everything device messages from it need is
+  // allocated, created and loaded now (gpu::Channel::reserve), none of it on the data path.
+  ncclResult_t reserve_device(void* data, size_t size);
+  SendConn* conn() const { return conn_.get(); }
+
+  CommHeader header{kSendCommMagic};
+
+ private:
+  // A message is sent as 1..n segments (frame.h; n > 1 only with ZIPCCL_SEGMENT_BYTES on a transport
+  // that carries segments), each its own transport message and frame. Per segment: device messages
+  // kGpuEncoding (encode enqueued on the stream, size polled in pinned memory) -> kGpuCopying (D2H of
+  // the frame or of the raw bytes enqueued on the copy stream, event polled) -> kReady; host messages
+  // kEncoding (worker pool) -> kReady. Segments are posted strictly in order (message by message, in
+  // isend order), each as soon as it is ready; the request completes when all its segments' transport
+  // ops have completed.
+  enum class SegState { kEncoding, kGpuEncoding, kGpuCopying, kReady, kPosted };
+  struct Seg {
+    SegState state = SegState::kReady;
+    size_t off = 0, len = 0;  // the segment's bytes within the message
+    size_t stage_off = 0;     // its region in the staging buffers (max_encoded_size(len) bytes)
+    FrameKind kind = FrameKind::kRaw;
+    size_t wire = 0;
+    const void* staged = nullptr;   // device messages: the pinned copy that is posted
+    gpu::Result* result = nullptr;  // device encodes
+    EncodeJob job;
+  };
+  enum class State { kFree, kActive, kPosted };
+  struct Req {
+    RequestHeader h;
+    State state = State::kFree;
+    bool device = false;
+    bool tried = false;  // an encode was attempted (for raw_incompressible)
+    std::chrono::steady_clock::time_point gpu_t0;
+    const char* data = nullptr;
+    size_t size = 0;
+    int tag = 0;
+    codec::ElemType type = codec::ElemType::kAuto;
+    size_t nsegs = 1;
+    size_t stage_bytes = 0;  // staging the segments' regions take (sum of max_encoded_size)
+    size_t next_post = 0;    // segments posted so far
+    int inflight = 0;        // posted segments whose transport op has not completed
+    size_t wire = 0;         // sum of the segments' wire bytes
+    bool any_codec = false;
+    std::vector<std::unique_ptr<Seg>> segs;  // grown to the most segments seen, reused
+    std::vector<char> staging;
+  };
+  struct PostedOp {
+    int req;
+    int op;
+  };
+  ncclResult_t progress();
+  void finish_encode(Seg* g);
+  bool choose_compress(Req* r);
+  void plan_segments(Req* r);
+  void start_sample(Req* r, codec::ElemType type);
+  void finish_sample();
+  ncclResult_t start_device(Req* r, bool compress, bool* busy);
+  ncclResult_t encode_finished(int slot, const Seg* g, bool* finished);
+  ncclResult_t copy_to_host(Req* r, Seg* g, size_t j, const void* src, size_t n);
+  ncclResult_t progress_device();
+
+  std::unique_ptr<SendConn> conn_;
+  std::unique_ptr<gpu::Channel> gpu_;  // created at the first device message
+  uint64_t gpu_messages_ = 0;   // device messages started (the close line; stats_ counts completed ones)
+  uint64_t segment_bytes_ = 0;  // 0: messages go whole on this connection
+  std::vector<Req> reqs_;
+  std::vector<int> free_;
+  std::deque<int> unposted_;     // messages with segments not yet posted, in isend order
+  std::deque<PostedOp> posted_;  // transport ops in flight, in posting order
+  Policy policy_;
+  EncodeJob sample_job_;  // at most one codec sample in flight per comm
+  bool sample_busy_ = false;
+  std::vector<char> sample_staging_;
+  std::vector<char> sample_src_;  // the sampled slice, copied so the message need not wait for it
+  ConnStats stats_;
+  bool failed_ = false;
+  // Link sampling (see sample_link).
+  std::chrono::steady_clock::time_point last_sample_, created_;
+  uint64_t last_delivered_ = 0, last_backlog_ = 0;
+  uint64_t acc_bytes_ = 0;
+  double acc_seconds_ = 0;
+  void sample_link();
+};
+
+class RecvComm {
+ public:
+  RecvComm(RecvConn* conn, const DeviceInfo& dev);
+  ~RecvComm();
+  // device: `data` is device memory; marked: NCCL marked the receive as LL/LL128 (gpu_path.h).
+  ncclResult_t irecv(void* data, size_t size, int tag, bool device, bool marked, void** request);
+  ncclResult_t irecv(void* data, size_t size, int tag, void** request) {  // host memory
+    return irecv(data, size, tag, false, false, request);
+  }
+  ncclResult_t test(void* request, int* done, size_t* size);
+  // regMr of device memory: as SendComm::reserve_device.
+  ncclResult_t reserve_device(void* data, size_t size);
+  RecvConn* conn() const { return conn_.get(); }
+
+  CommHeader header{kRecvCommMagic};
+
+ private:
+  // One receive consumes 1..n transport messages (segments, frame.h Assembly), matched in order: the
+  // receive stays at the head of `unmatched_` until its last segment's header has been accepted. Per
+  // segment: host receives kReceiving (raw: into NCCL's buffer at the segment's offset; codec: into
+  // staging at the same offset) -> kDecoding (pool, into NCCL's buffer at the offset) -> kDone; device
+  // receives kReceiving (into pinned staging at the offset) -> H2D, decode (or copy), flag-last
+  // landing enqueued on the stream -> kDone (the receive's event, recorded after its last segment's
+  // work, completes them all). Segments progress independently of the request NCCL tests.
+  enum class SegState { kReceiving, kDecoding, kGpuQueued, kDone };
+  struct Seg {
+    SegState state = SegState::kReceiving;
+    FrameMeta meta{};
+    size_t off = 0;
+    int op = kNoOp;
+    const void* staged = nullptr;   // the transport's copy of the codec frame (take_staged), if any
+    const void* src = nullptr;      // where the payload is (staging) once received
+    gpu::Result* result = nullptr;  // device decodes
+    DecodeJob job;
+  };
+  enum class State { kFree, kActive, kGpuLanding };
+  struct Req {
+    RequestHeader h;
+    State state = State::kFree;
+    bool device = false;
+    bool landing = false;  // land flag-last (gpu::needs_ordered_landing)
+    void* host_stage = nullptr;
+    void* dev_stage = nullptr;   // device receives: codec frames, laid out like the message
+    void* land_stage = nullptr;  // device receives landing flag-last
+    char* data = nullptr;
+    size_t capacity = 0;
+    Assembly asm_;
+    FrameMeta meta{};      // the header peeked for the next segment
+    size_t nsegs = 0;      // segments whose header was accepted
+    size_t done_segs = 0;  // segments needing nothing more from the host
+    size_t scan = 0;       // segments before it are all done (advance() starts there)
+    uint64_t wire = 0;
+    bool any_codec = false;
+    std::vector<std::unique_ptr<Seg>> segs;
+    std::unique_ptr<char[]> staging;  // host codec segments, at their offsets
+    size_t staging_cap = 0;
+  };
+  ncclResult_t progress();
+  ncclResult_t advance(Req* r);
+  ncclResult_t fail(Req* r);
+  void start_decode(Req* r, Seg* g, const void* src);
+  ncclResult_t start_device_segment(Req* r, Seg* g, size_t j, const void* src);
+  ncclResult_t take_device_staging(Req* r, bool marked, bool* busy);
+  ncclResult_t finish_device_landing(Req* r, bool* done);
+
+  std::unique_ptr<RecvConn> conn_;
+  std::unique_ptr<gpu::Channel> gpu_;
+  uint64_t gpu_messages_ = 0;  // device receives posted (the close line; stats_ counts completed ones)
+  std::vector<Req> reqs_;
+  std::vector<int> free_;
+  std::deque<int> unmatched_;
+  std::vector<int> active_;  // receives with segments in flight (any order)
+  ConnStats stats_;
+  bool failed_ = false;
+  std::chrono::steady_clock::time_point created_;
+};
+
+}  // namespace net
+}  // namespace zipccl

@@ -1,0 +1,372 @@
+// Receive side of the compressing layer: match receives to incoming frames in order, validate every
+// header, land raw payloads directly in NCCL's buffer and codec frames in staging, decode on the
+// worker pool, and report the uncompressed size.
+#include <algorithm>
+#include <thread>
+
+#include "common/log.h"
+#include "common/settings.h"
+#include "layer/comm.h"
+
+namespace zipccl {
+namespace net {
+namespace {
+using Clock = std::chrono::steady_clock;
+}
+
+void DecodeJob::run() {
+  auto t0 = Clock::now();
+  codec::DecodeOptions opt;
+  opt.threads = 1;
+  opt.isa = codec_isa();
+  status = codec::decode(src, n, dst, cap, &out, opt);
+  ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+}
+
+RecvComm::RecvComm(RecvConn* conn, const DeviceInfo& dev) : conn_(conn), reqs_(settings().max_requests) {
+  for (int i = static_cast<int>(reqs_.size()) - 1; i >= 0; --i) {
+    reqs_[i].h.is_send = false;
+    reqs_[i].h.comm = this;
+    free_.push_back(i);
+  }
+  stats_.direction = "recv";
+  stats_.peer = dev.name;
+  created_ = Clock::now();
+}
+
+RecvComm::~RecvComm() {
+  for (Req& r : reqs_) {
+    if (r.state == State::kFree) continue;
+    for (size_t j = 0; j < r.nsegs; ++j) {
+      Seg& g = *r.segs[j];
+      if (g.state == SegState::kDecoding) {
+        while (!g.job.done.load(std::memory_order_acquire)) std::this_thread::yield();
+      }
+    }
+  }
+  conn_.reset();  // stops the transport's helper threads before NCCL frees its buffers
+  gpu_.reset();   // waits for this comm's stream (copies, decodes into NCCL's buffers)
+  if (gpu_messages_) {
+    ZIPCCL_INFO(NCCL_NET, "GPU path (recv): %llu device messages, %llu decoded on the device",
+                (unsigned long long)gpu_messages_, (unsigned long long)stats_.device_codec);
+  }
+  header.magic = kDeadMagic;
+  for (Req& r : reqs_) r.h.magic = kDeadMagic;
+  stats_.seconds = std::chrono::duration<double>(Clock::now() - created_).count();
+  report_stats(stats_);
+}
+
+ncclResult_t RecvComm::irecv(void* data, size_t size, int /*tag*/, bool device, bool marked, void** request) {
+  *request = nullptr;
+  if (failed_) return ncclSystemError;
+  if (size && !data) {
+    ZIPCCL_WARN("irecv of %zu bytes into a null buffer", size);
+    return ncclInternalError;
+  }
+  if (free_.empty()) return ncclSuccess;
+  int idx = free_.back();
+  free_.pop_back();
+  Req& r = reqs_[idx];
+  r.data = static_cast<char*>(data);
+  r.capacity = size;
+  r.state = State::kActive;
+  r.device = device;
+  r.host_stage = r.dev_stage = r.land_stage = nullptr;
+  r.asm_.reset(size);
+  r.nsegs = r.done_segs = r.scan = 0;
+  r.wire = 0;
+  r.any_codec = false;
+  ncclResult_t res = ncclSuccess;
+  void* target = data;
+  if (device) {
+    // Every payload for a device receive lands in pinned staging first (a socket cannot write device
+    // memory); it goes to the device on this comm's stream. All of the receive's staging is taken now,
+    // so that nothing later can find the arenas full.
+    bool busy = false;
+    res = take_device_staging(&r, marked, &busy);
+    if (res != ncclSuccess || busy) {
+      r.state = State::kFree;
+      free_.push_back(idx);
+      if (res != ncclSuccess) failed_ = true;
+      return res;  // busy: no request, NCCL retries
+    }
+    target = r.host_stage;
+    ++gpu_messages_;
+  }
+  unmatched_.push_back(idx);
+  active_.push_back(idx);
+  *request = &r.h;
+  res = conn_->post_target(target, size, codec::max_encoded_size(size));
+  if (res == ncclSuccess) res = progress();
+  if (res != ncclSuccess) failed_ = true;
+  return res;
+}
+
+ncclResult_t RecvComm::reserve_device(void* data, size_t size) {
+  // A zipccl sender's segments other than the last are at least 4 KiB (effective_segment_bytes).
+  return gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size, size / 4096 + 1, false);
+}
+
+// A device receive's regions: pinned staging for what arrives (a whole codec frame may be up to
+// max_encoded_size(posted)), device staging for codec frames, and the landing buffer when it lands
+// flag-last. *busy (and nothing taken) when an arena is full now.
+ncclResult_t RecvComm::take_device_staging(Req* r, bool marked, bool* busy) {
+  *busy = false;
+  if (!gpu_ || !gpu_->reserved()) {
+    ZIPCCL_WARN("irecv into device memory that was never registered with this comm (regMr)");
+    return ncclInternalError;
+  }
+  ZIPCCL_CHECK(gpu_->bind(gpu_->ops()->device_of(r->data)));
+  const int slot = static_cast<int>(r - reqs_.data());
+  const size_t size = r->capacity, most = std::max(size, codec::max_encoded_size(size));
+  r->landing = gpu::needs_ordered_landing(
+      settings().gpu_landing == GpuLanding::kMarked ? gpu::Landing::kMarked : gpu::Landing::kOrdered, marked);
+  using Buf = gpu::Channel::Buf;
+  ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kHost, most, &r->host_stage));
+  if (r->host_stage) ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kDevice, most, &r->dev_stage));
+  if (r->dev_stage && r->landing) ZIPCCL_CHECK(gpu_->buffer(slot, Buf::kLand, size, &r->land_stage));
+  if (!r->host_stage || !r->dev_stage || (r->landing && !r->land_stage)) {
+    gpu_->release(slot);
+    r->host_stage = r->dev_stage = r->land_stage = nullptr;
+    *busy = true;
+  }
+  return ncclSuccess;
+}
+
+// Matches arriving transport messages to posted receives, oldest first: each header is checked by the
+// receive's Assembly (frame.h) before its payload is received; a receive leaves the queue once its
+// last segment's header is accepted. Then moves every receive's segments forward.
+ncclResult_t RecvComm::progress() {
+  while (!unmatched_.empty()) {
+    int idx = unmatched_.front();
+    Req* r = &reqs_[idx];
+    uint64_t payload_len = 0;
+    bool ready = false;
+    ZIPCCL_CHECK(conn_->peek(reinterpret_cast<uint8_t*>(&r->meta), &payload_len, &ready));
+    if (!ready) break;
+    Assembly next = r->asm_;  // committed only once the payload's receive is posted
+    const char* bad = next.accept(r->meta, payload_len);
+    if (bad) {
+      ZIPCCL_WARN(
+          "rejecting an incoming message: %s (frame: version %u, kind %u, segment %u%s, %llu B original, "
+          "%llu B on wire; posted receive %zu B, %llu B and %u segments received so far)",
+          bad, r->meta.version, r->meta.kind, r->meta.segment, (r->meta.flags & kSegLast) ? " (last)" : "",
+          (unsigned long long)r->meta.original_len, (unsigned long long)r->meta.wire_len, r->capacity,
+          (unsigned long long)r->asm_.offset, r->asm_.next);
+      return ncclSystemError;
+    }
+    size_t j = r->nsegs;
+    while (r->segs.size() <= j) r->segs.emplace_back(new Seg);
+    Seg* g = r->segs[j].get();
+    g->meta = r->meta;
+    g->off = static_cast<size_t>(r->asm_.offset);
+    g->op = kNoOp;
+    g->staged = g->src = nullptr;
+    g->result = nullptr;
+    bool codec_frame = r->meta.kind == static_cast<uint8_t>(FrameKind::kCodec);
+    bool whole = r->meta.version == kFrameVersion;
+    // Already in transport memory (an RDMA staging slot; whole messages only): a host codec frame is
+    // decoded from there. A device receive copies it into its pinned staging instead (recv() below):
+    // the slot is pageable, and a host-to-device copy from pageable memory synchronises.
+    const void* staged = (whole && !r->device && codec_frame) ? conn_->take_staged() : nullptr;
+    char* dst = nullptr;
+    if (!staged) {
+      if (r->device) {
+        dst = static_cast<char*>(r->host_stage) + g->off;
+      } else if (codec_frame) {
+        // Host codec segments land in staging laid out like the message (a whole codec frame may be
+        // up to max_encoded_size(posted)); sized at the message's first codec segment, never while
+        // one of its segments is being received into it.
+        size_t need = whole ? static_cast<size_t>(payload_len) : r->capacity;
+        if (!r->any_codec && r->staging_cap < need) {
+          r->staging.reset(new char[need]);  // not zero-filled: every byte read is received first
+          r->staging_cap = need;
+        }
+        dst = r->staging.get() + g->off;
+      } else {
+        dst = r->data + g->off;
+      }
+      int op = kNoOp;
+      ZIPCCL_CHECK(conn_->recv(dst, static_cast<size_t>(payload_len), &op));
+      if (op == kNoOp) break;
+      g->op = op;
+    }
+    r->asm_ = next;
+    ++r->nsegs;
+    r->wire += payload_len;
+    if (codec_frame) r->any_codec = true;
+    g->src = staged ? staged : dst;
+    g->staged = staged;
+    if (staged) {
+      start_decode(r, g, staged);
+    } else {
+      g->state = SegState::kReceiving;
+    }
+    if (r->asm_.complete) unmatched_.pop_front();
+  }
+  for (int idx : active_) ZIPCCL_CHECK(advance(&reqs_[idx]));
+  return ncclSuccess;
+}
+
+// Moves one receive's segments forward: a received segment is decoded (host codec), handed to the
+// device (device receives) or done (host raw); a device receive whose last segment is queued records
+// its event.
+ncclResult_t RecvComm::advance(Req* r) {
+  if (r->state != State::kActive) return ncclSuccess;
+  // Segments before r->scan need nothing more from the host (a 64 MiB message may have 1024).
+  while (r->scan < r->nsegs &&
+         (r->segs[r->scan]->state == SegState::kDone || r->segs[r->scan]->state == SegState::kGpuQueued)) {
+    ++r->scan;
+  }
+  for (size_t j = r->scan; j < r->nsegs; ++j) {
+    Seg* g = r->segs[j].get();
+    if (g->state == SegState::kReceiving) {
+      bool finished = false;
+      ZIPCCL_CHECK(conn_->test(g->op, &finished));
+      if (!finished) continue;
+      g->op = kNoOp;
+      if (r->device) {
+        ZIPCCL_CHECK(start_device_segment(r, g, j, g->src));
+      } else if (g->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
+        start_decode(r, g, g->src);
+      } else {
+        g->state = SegState::kDone;
+        ++r->done_segs;
+      }
+    }
+    if (g->state == SegState::kDecoding) {
+      if (!g->job.done.load(std::memory_order_acquire)) continue;
+      if (g->staged) conn_->release_staged(g->staged);
+      g->staged = nullptr;
+      stats_.codec_ns += g->job.ns;
+      if (g->job.status != codec::Status::kOk || g->job.out != g->meta.original_len) {
+        ZIPCCL_WARN("corrupt compressed frame from the peer (%s, %zu of %llu bytes decoded, segment %zu)",
+                    codec::status_string(g->job.status), g->job.out, (unsigned long long)g->meta.original_len,
+                    j);
+        return ncclSystemError;
+      }
+      g->state = SegState::kDone;
+      ++r->done_segs;
+    }
+  }
+  if (r->device && r->asm_.complete && r->done_segs == r->nsegs) {
+    ZIPCCL_CHECK(gpu_->record(static_cast<int>(r - reqs_.data())));
+    r->state = State::kGpuLanding;
+  }
+  return ncclSuccess;
+}
+
+void RecvComm::start_decode(Req* r, Seg* g, const void* src) {
+  g->job.src = src;
+  g->job.n = g->meta.wire_len;
+  g->job.dst = r->data + g->off;
+  g->job.cap = g->meta.original_len;  // never past the segment: bytes beyond it stay untouched
+  g->job.out = 0;
+  g->job.done.store(false);
+  g->state = SegState::kDecoding;
+  worker_pool().submit(&g->job);
+}
+
+// Device receive, segment j's payload in host memory at src: H2D, then decode (codec frames) into
+// NCCL's buffer at the segment's offset or, when landing flag-last, into the landing buffer followed by
+// the line-ordered copy of the segment's range (segments are multiples of 4 KiB, so no 128-byte line
+// is split). One event after the last segment's work completes them all.
+ncclResult_t RecvComm::start_device_segment(Req* r, Seg* g, size_t j, const void* src) {
+  gpu::DeviceOps* ops = gpu_->ops();
+  void* stream = gpu_->stream();
+  int slot = static_cast<int>(r - reqs_.data());
+  size_t wire = g->meta.wire_len, n = g->meta.original_len;
+  bool whole = g->meta.version == kFrameVersion;
+  char* out_final = r->data + g->off;
+  char* land = static_cast<char*>(r->land_stage) + (r->land_stage ? g->off : 0);
+  if (g->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
+    // Frames laid out like the message (each codec segment is smaller than its range); a whole frame
+    // may be up to max_encoded_size(posted).
+    if (!whole && g->off + wire > r->capacity) return ncclInternalError;  // Assembly checked it: a bug
+    char* frame = static_cast<char*>(r->dev_stage) + g->off;
+    ZIPCCL_CHECK(ops->copy(stream, frame, src, wire, gpu::Copy::kHostToDevice));
+    void* out = r->landing ? static_cast<void*>(land) : static_cast<void*>(out_final);
+    ZIPCCL_CHECK(gpu_->seg_result(slot, j, &g->result));
+    gpu::result_clear(g->result);
+    ZIPCCL_CHECK(ops->decode(stream, frame, wire, out, n, settings().gpu_max_sms, g->result));
+    if (r->landing) ZIPCCL_CHECK(ops->land_lines(stream, out_final, out, n));
+  } else if (r->landing) {
+    ZIPCCL_CHECK(ops->copy(stream, land, src, n, gpu::Copy::kHostToDevice));
+    ZIPCCL_CHECK(ops->land_lines(stream, out_final, land, n));
+  } else {
+    ZIPCCL_CHECK(ops->copy(stream, out_final, src, n, gpu::Copy::kHostToDevice));
+  }
+  g->state = SegState::kGpuQueued;
+  ++r->done_segs;
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::finish_device_landing(Req* r, bool* done) {
+  int slot = static_cast<int>(r - reqs_.data());
+  ZIPCCL_CHECK(gpu_->query(slot, done));
+  if (!*done) return ncclSuccess;
+  for (size_t j = 0; j < r->nsegs; ++j) {
+    Seg* g = r->segs[j].get();
+    if (g->staged) conn_->release_staged(g->staged);
+    g->staged = nullptr;
+    g->state = SegState::kDone;
+    if (g->meta.kind != static_cast<uint8_t>(FrameKind::kCodec)) continue;
+    const gpu::Result* res = g->result;
+    auto st =
+        res && gpu::result_ready(res) ? static_cast<codec::Status>(res->status) : codec::Status::kCorrupt;
+    if (st != codec::Status::kOk || res->size != g->meta.original_len) {
+      ZIPCCL_WARN("corrupt compressed frame from the peer (GPU decode: %s, %llu of %llu bytes, segment %zu)",
+                  codec::status_string(st), (unsigned long long)(res ? res->size : 0),
+                  (unsigned long long)g->meta.original_len, j);
+      return ncclSystemError;
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::fail(Req* /*r*/) {
+  failed_ = true;
+  ++stats_.errors;
+  return ncclSystemError;
+}
+
+ncclResult_t RecvComm::test(void* request, int* done, size_t* size) {
+  *done = 0;
+  Req* r = reinterpret_cast<Req*>(request);
+  if (r < reqs_.data() || r >= reqs_.data() + reqs_.size() || r->state == State::kFree) {
+    ZIPCCL_WARN("test on a receive request this comm does not own (or already completed)");
+    return ncclInternalError;
+  }
+  if (failed_) return ncclSystemError;
+  if (progress() != ncclSuccess) return fail(r);
+  bool complete = false;
+  if (r->state == State::kGpuLanding) {
+    if (finish_device_landing(r, &complete) != ncclSuccess) return fail(r);
+  } else {
+    complete = !r->device && r->asm_.complete && r->done_segs == r->nsegs;
+  }
+  if (!complete) return ncclSuccess;
+  ++stats_.messages;
+  stats_.bytes_in += r->asm_.offset;
+  stats_.bytes_wire += r->wire;
+  if (r->any_codec) ++stats_.compressed;
+  if (r->nsegs > 1) {
+    ++stats_.segmented;
+    stats_.segments += r->nsegs;
+  }
+  if (r->device) {
+    ++stats_.device_messages;
+    if (r->any_codec) ++stats_.device_codec;
+  }
+  *done = 1;
+  if (size) *size = static_cast<size_t>(r->asm_.offset);
+  r->state = State::kFree;
+  int idx = static_cast<int>(r - reqs_.data());
+  if (r->device) gpu_->release(idx);
+  active_.erase(std::find(active_.begin(), active_.end(), idx));
+  free_.push_back(idx);
+  return ncclSuccess;
+}
+
+}  // namespace net
+}  // namespace zipccl

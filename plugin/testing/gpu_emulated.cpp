@@ -1,0 +1,346 @@
+// Host emulation of the device operations, for tests on machines without a GPU (ZIPCCL_GPU_EMULATE=1).
+// "Device memory" is host memory; each stream is a helper thread that runs its work in order, each item
+// after ZIPCCL_GPU_EMULATE_DELAY_US, so a pipeline that reads a buffer before its copy finished, or
+// reports completion before the decode, fails its tests (and shows under TSan). The codec is the CPU
+// codec, whose frames are byte-identical to the CUDA codec's. ZIPCCL_GPU_EMULATE_FAIL_EVERY=N makes
+// every Nth encode or decode report a codec error. emulated_fault() injects what a real device does
+// on a kernel fault (sticky: nothing after it runs, every call fails) or a failed launch, and every
+// call that may synchronise the device or load modules is counted (emulated_setup_calls), so the
+// tests catch an allocation or a module load on the data path, which the CPU cannot feel.
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "testing/gpu_emulated.h"
+
+#include "common/log.h"
+#include "common/settings.h"
+
+namespace zipccl {
+namespace net {
+namespace gpu {
+namespace {
+
+struct EmuStream {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> work;
+  uint64_t submitted = 0;            // guarded by mu (proxy thread only)
+  std::atomic<uint64_t> completed{0};
+  bool stop = false;
+  std::thread thread;
+};
+
+// Test hooks (gpu_path.h): finished encodes and the gate on starting one.
+std::mutex g_gate_mu;
+std::condition_variable g_gate_cv;
+uint64_t g_encodes_done = 0;             // guarded by g_gate_mu
+uint64_t g_encode_allow = ~uint64_t{0};  // guarded by g_gate_mu
+
+std::atomic<uint64_t> g_setup_calls{0};
+// Fault injection: stream operations (encode, decode, copy, land) left before the fault; ~0: none.
+std::atomic<uint64_t> g_fault_after{~uint64_t{0}};
+std::atomic<bool> g_fault_sticky{true};
+std::atomic<bool> g_faulted{false};  // a sticky fault happened: the device is unusable
+void setup_call() { g_setup_calls.fetch_add(1, std::memory_order_relaxed); }
+
+struct EmuEvent {
+  EmuStream* stream;
+  uint64_t target = 0;
+};
+
+class EmulatedOps final : public DeviceOps {
+ public:
+  EmulatedOps() : delay_us_(emulation_settings().delay_us), fail_every_(emulation_settings().fail_every) {}
+  const char* name() const override { return "host emulation (tests)"; }
+  int device_of(const void*) override { return 0; }
+  ncclResult_t make_current(int) override { return sticky("cudaSetDevice"); }
+  ncclResult_t prepare(int) override {
+    setup_call();
+    return sticky("prepare_device");
+  }
+  ncclResult_t reserve_workspace(void*, size_t) override {
+    setup_call();
+    return sticky("cudaMalloc (workspace)");
+  }
+
+  ncclResult_t create_stream(int, void** stream) override {
+    setup_call();
+    auto* s = new EmuStream;
+    s->thread = std::thread([s, this] { run(s); });
+    *stream = s;
+    return ncclSuccess;
+  }
+  void destroy_stream(void* stream) override {
+    setup_call();
+    auto* s = static_cast<EmuStream*>(stream);
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->stop = true;
+    }
+    s->cv.notify_all();
+    s->thread.join();  // drains the queue first, like cudaStreamSynchronize + destroy
+    delete s;
+  }
+  ncclResult_t create_event(void* stream, void** event) override {
+    setup_call();
+    *event = new EmuEvent{static_cast<EmuStream*>(stream)};
+    return ncclSuccess;
+  }
+  void destroy_event(void* event) override {
+    setup_call();
+    delete static_cast<EmuEvent*>(event);
+  }
+  ncclResult_t alloc_device(size_t n, void** p) override { return alloc(n, p); }
+  void free_device(void* p) override {
+    setup_call();
+    std::free(p);
+  }
+  ncclResult_t alloc_host(size_t n, void** p) override { return alloc(n, p); }
+  void free_host(void* p) override {
+    setup_call();
+    std::free(p);
+  }
+
+  ncclResult_t encode(void* stream, const void* src, size_t n, void* dst, size_t cap, codec::ElemType type,
+                      int, Result* out) override {
+    ZIPCCL_CHECK(launch("encode_async"));
+    bool fail = inject();
+    submit(stream, [=] {
+      {
+        std::unique_lock<std::mutex> lock(g_gate_mu);
+        g_gate_cv.wait(lock, [] { return g_encodes_done < g_encode_allow; });
+      }
+      size_t size = 0;
+      codec::Status st = codec::Status::kInvalidArgument;
+      if (!fail) {
+        codec::EncodeOptions opt;
+        opt.type = type;
+        opt.threads = 1;
+        opt.isa = codec_isa();
+        st = codec::encode(src, n, dst, cap, &size, opt);
+      }
+      {
+        std::lock_guard<std::mutex> lock(g_gate_mu);
+        ++g_encodes_done;
+      }
+      g_gate_cv.notify_all();
+      publish(out, size, st);
+    });
+    return ncclSuccess;
+  }
+  ncclResult_t decode(void* stream, const void* src, size_t n, void* dst, size_t cap, int,
+                      Result* out) override {
+    ZIPCCL_CHECK(launch("decode_async"));
+    bool fail = inject();
+    submit(stream, [=] {
+      size_t size = 0;
+      codec::Status st = codec::Status::kCorrupt;
+      if (!fail) {
+        codec::DecodeOptions opt;
+        opt.threads = 1;
+        opt.isa = codec_isa();
+        st = codec::decode(src, n, dst, cap, &size, opt);
+      }
+      publish(out, st == codec::Status::kOk ? size : 0, st);
+    });
+    return ncclSuccess;
+  }
+  ncclResult_t copy(void* stream, void* dst, const void* src, size_t n, Copy) override {
+    ZIPCCL_CHECK(sticky("cudaMemcpyAsync"));
+    if (n) submit(stream, [=] { std::memcpy(dst, src, n); });
+    return ncclSuccess;
+  }
+  ncclResult_t land_lines(void* stream, void* dst, const void* src, size_t n) override {
+    ZIPCCL_CHECK(sticky("launch_land_lines"));
+    submit(stream, [=] {
+      line_order(n, [&](const Piece& p) {
+        // The emulation only needs program order (one thread writes); the kernel uses __threadfence().
+        if (p.fence_before) std::atomic_signal_fence(std::memory_order_seq_cst);
+        std::memcpy(static_cast<char*>(dst) + p.offset, static_cast<const char*>(src) + p.offset, p.length);
+      });
+    });
+    return ncclSuccess;
+  }
+  ncclResult_t record(void* stream, void* event) override {
+    ZIPCCL_CHECK(sticky("cudaEventRecord"));
+    auto* s = static_cast<EmuStream*>(stream);
+    auto* e = static_cast<EmuEvent*>(event);
+    std::lock_guard<std::mutex> lock(s->mu);
+    e->target = s->submitted;
+    return ncclSuccess;
+  }
+  ncclResult_t query(void* event, bool* done) override {
+    ZIPCCL_CHECK(sticky("cudaEventQuery"));
+    auto* e = static_cast<EmuEvent*>(event);
+    *done = e->stream->completed.load(std::memory_order_acquire) >= e->target;
+    return ncclSuccess;
+  }
+
+ private:
+  // After a sticky fault every call fails, as CUDA's do; logged once per process, as gpu_cuda.cpp does.
+  static ncclResult_t sticky(const char* call) {
+    if (!g_faulted.load(std::memory_order_acquire)) return ncclSuccess;
+    static std::once_flag once;
+    std::call_once(once, [call] {
+      ZIPCCL_WARN("%s failed: an illegal memory access was encountered (emulated sticky fault)", call);
+    });
+    return ncclUnhandledCudaError;
+  }
+  // A launch: fails when the device is faulted, or when a launch fault is armed and due.
+  static ncclResult_t launch(const char* call) {
+    ZIPCCL_CHECK(sticky(call));
+    if (g_fault_sticky.load()) return ncclSuccess;
+    uint64_t left = g_fault_after.load();
+    while (left != ~uint64_t{0} && !g_fault_after.compare_exchange_weak(left, left ? left - 1 : ~uint64_t{0})) {
+    }
+    if (left != 0) return ncclSuccess;
+    ZIPCCL_WARN("%s failed: too many resources requested for launch (emulated launch fault)", call);
+    return ncclUnhandledCudaError;
+  }
+  static ncclResult_t alloc(size_t n, void** p) {
+    setup_call();
+    ZIPCCL_CHECK(sticky("cudaMalloc"));
+    *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!*p) {
+      ZIPCCL_WARN("emulated allocation of %zu bytes failed", n);
+      return ncclSystemError;
+    }
+    return ncclSuccess;
+  }
+  bool inject() {
+    if (fail_every_ <= 0) return false;
+    return ++codec_ops_ % static_cast<uint64_t>(fail_every_) == 0;
+  }
+  static void publish(Result* out, size_t size, codec::Status st) {
+    out->size = size;
+    out->status = static_cast<int32_t>(st);
+    __atomic_store_n(&out->ready, 1u, __ATOMIC_RELEASE);
+  }
+  void submit(void* stream, std::function<void()> fn) {
+    auto* s = static_cast<EmuStream*>(stream);
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->work.push_back(std::move(fn));
+      ++s->submitted;
+    }
+    s->cv.notify_one();
+  }
+  // Counts down the armed sticky fault, one stream operation at a time.
+  static bool faults_now() {
+    if (!g_fault_sticky.load()) return false;
+    uint64_t left = g_fault_after.load();
+    while (left != ~uint64_t{0}) {
+      if (g_fault_after.compare_exchange_weak(left, left ? left - 1 : ~uint64_t{0})) return left == 0;
+    }
+    return false;
+  }
+  void run(EmuStream* s) {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(s->mu);
+        s->cv.wait(lock, [s] { return s->stop || !s->work.empty(); });
+        if (s->work.empty()) return;
+        fn = std::move(s->work.front());
+        s->work.pop_front();
+      }
+      if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
+      if (faults_now()) {
+        g_faulted.store(true, std::memory_order_release);
+        return;  // this stream never completes anything again (its events stay pending)
+      }
+      if (g_faulted.load(std::memory_order_acquire)) return;
+      fn();
+      s->completed.fetch_add(1, std::memory_order_release);
+    }
+  }
+
+  const int delay_us_;
+  const int fail_every_;
+  std::atomic<uint64_t> codec_ops_{0};
+};
+
+}  // namespace
+
+uint64_t emulated_encodes_done() {
+  std::lock_guard<std::mutex> lock(g_gate_mu);
+  return g_encodes_done;
+}
+
+void emulated_gate_encodes(uint64_t allow) {
+  {
+    std::lock_guard<std::mutex> lock(g_gate_mu);
+    g_encode_allow = allow;
+  }
+  g_gate_cv.notify_all();
+}
+
+uint64_t emulated_setup_calls() { return g_setup_calls.load(); }
+
+void emulated_fault(uint64_t after, bool sticky) {
+  g_faulted.store(false);
+  g_fault_sticky.store(sticky);
+  g_fault_after.store(after);
+}
+
+DeviceOps* emulated_ops() {
+  static EmulatedOps* ops = new EmulatedOps;  // lives as long as the process (the plugin is nodelete)
+  return ops;
+}
+
+}  // namespace gpu
+}  // namespace net
+}  // namespace zipccl
+
+namespace zipccl {
+namespace net {
+namespace gpu {
+namespace {
+
+// A test setting: an integer in [lo, hi] from the environment, else `fallback` (with a message).
+int test_setting(const char* name, long lo, long hi, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (end == v || *end || x < lo || x > hi) {
+    std::fprintf(stderr, "%s='%s' is not an integer in [%ld, %ld]; using %d\n", name, v, lo, hi, fallback);
+    return fallback;
+  }
+  return static_cast<int>(x);
+}
+
+// The test doubles offer the emulation as the process's device operations; it is taken at the first
+// device_ops() when ZIPCCL_GPU_EMULATE=1 (read then: the tests' main sets the environment after
+// static initialisation).
+DeviceOps* emulation_if_enabled() { return emulation_settings().enabled ? emulated_ops() : nullptr; }
+const bool g_registered = [] {
+  set_device_ops_factory(emulation_if_enabled,
+                         "ZIPCCL_GPU_EMULATE=1: device buffers are host memory handled by a test emulation");
+  return true;
+}();
+
+}  // namespace
+
+const EmulationSettings& emulation_settings() {
+  static const EmulationSettings s = [] {
+    EmulationSettings e;
+    e.enabled = test_setting("ZIPCCL_GPU_EMULATE", 0, 1, 0) != 0;
+    e.delay_us = test_setting("ZIPCCL_GPU_EMULATE_DELAY_US", 0, 1000000, 0);
+    e.fail_every = test_setting("ZIPCCL_GPU_EMULATE_FAIL_EVERY", 0, 1 << 30, 0);
+    return e;
+  }();
+  return s;
+}
+
+}  // namespace gpu
+}  // namespace net
+}  // namespace zipccl

@@ -1,0 +1,45 @@
+// The host emulation of the GPU's device operations (gpu_emulated.cpp), a test double: linked by the
+// tests and libnccl-net-zipccl-testing.so, never by the shipped plugin. Its settings are the tests'
+// own, read from the environment once, outside the product's registry:
+//   ZIPCCL_GPU_EMULATE=1               the process's device operations are the emulation (registered
+//                                      with gpu::set_device_ops_factory when the library loads)
+//   ZIPCCL_GPU_EMULATE_DELAY_US=N      delay of each emulated stream operation (0..1000000)
+//   ZIPCCL_GPU_EMULATE_FAIL_EVERY=N    every Nth emulated encode/decode fails (0: none)
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/gpu_path.h"
+
+namespace zipccl {
+namespace net {
+namespace gpu {
+
+struct EmulationSettings {
+  bool enabled = false;
+  int delay_us = 0;
+  int fail_every = 0;
+};
+// Reads the three variables on first use (a bad value: a message on stderr and the default).
+const EmulationSettings& emulation_settings();
+
+// The emulation (EmulationSettings apply).
+DeviceOps* emulated_ops();
+// Encodes the emulation has finished (process-wide), and a gate: an encode starts only while fewer
+// than `allow` encodes have finished (its stream waits; other streams run on). Lets a test hold a
+// message's later segments in "encoding" and watch what the pipeline does meanwhile.
+uint64_t emulated_encodes_done();
+void emulated_gate_encodes(uint64_t allow);
+// Calls made so far of the kind that may synchronise the device or load modules (allocations, frees,
+// streams, events, workspaces, prepare): the pipeline tests assert that none happens between regMr
+// and close.
+uint64_t emulated_setup_calls();
+// After `after` more stream operations, the emulated device faults as a kernel with a bad address
+// does: the faulting and all later stream work never run (results are never published) and every
+// later call fails, like CUDA's sticky errors. `sticky` false: after `after` more encode/decode
+// launches, the next one fails at launch (not sticky). ~0 disarms.
+void emulated_fault(uint64_t after, bool sticky);
+
+}  // namespace gpu
+}  // namespace net
+}  // namespace zipccl
