@@ -71,6 +71,9 @@ std::vector<Entry> registry(Settings* s) {
        "socket|ib|auto: ib = RDMA verbs, opt-in until validated on RDMA hardware (auto: ib when an active "
        "port exists)",
        &s->transport, 0, 0},
+      {"ZIPCCL_NET_INNER", Kind::kString,
+       "another NCCL net plugin to compress over (name as NCCL_NET_PLUGIN, or a path; empty: none)",
+       &s->net_inner, 0, 0},
       {"ZIPCCL_IB_QPS", Kind::kInt, "RC queue pairs per RDMA connection", &s->ib_qps, 1, 8},
       {"NCCL_IB_TC", Kind::kInt, "RDMA: traffic class of the queue pairs (GRH)", &s->ib_tc, 0, kIbTcMax},
       {"NCCL_IB_SL", Kind::kInt, "RDMA: service level of the queue pairs", &s->ib_sl, 0, kIbSlMax},
@@ -233,6 +236,12 @@ void read_all() {
 const Settings& settings() {
   std::call_once(g_read_once, read_all);
   return g_settings;
+}
+
+void settings_inner_role() {
+  settings();
+  g_settings.compress = CompressMode::kNever;
+  g_settings.net_inner.clear();
 }
 
 void log_settings_once() {

@@ -38,6 +38,9 @@ struct Settings {
   // socket | ib | auto (auto: ib when an active RDMA port exists). The verbs path has not run on RDMA
   // hardware yet, so it is opt-in.
   std::string transport = "socket";
+  // Another NCCL net plugin to run under the compressing layer (name as NCCL_NET_PLUGIN, or a path);
+  // empty: none. Takes precedence over `transport` (docs/notes/inner.md).
+  std::string net_inner;
   int ib_qps = 2;                   // RC queue pairs per RDMA connection
   // RDMA queue pair attributes, NCCL's variables with NCCL's defaults (ranges: rdma_select.h).
   int ib_tc = 0;          // NCCL_IB_TC: GRH traffic class
@@ -62,6 +65,9 @@ inline uint64_t effective_segment_bytes(uint64_t v) {
 
 // Reads the registry on first use (thread-safe) and returns it.
 const Settings& settings();
+// This instance was loaded as the inner plugin of another zipccl (ZIPCCL_NET_INNER naming itself): it
+// carries bytes only; the outer instance compresses. Sets compress to never (INFO line).
+void settings_inner_role();
 // Logs every setting with its effective value (once per process) and any parse warnings.
 void log_settings_once();
 // Formats a byte count the way the settings are written ("64KiB").

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -59,6 +61,14 @@ inline bool log_contains(const char* what) {
     if (l.find(what) != std::string::npos) return true;
   }
   return false;
+}
+
+// Runs over an inner plugin that may not have been built (ZIPCCL_TEST_INNER_REQUIRED names its file,
+// tests/inner/inner_tests.cmake): why the test must skip, or empty.
+inline std::string inner_plugin_absent() {
+  const char* need = std::getenv("ZIPCCL_TEST_INNER_REQUIRED");
+  if (!need || !*need || access(need, R_OK) == 0) return "";
+  return std::string("inner plugin build absent: ") + need + " (tools/ofi_build.sh builds it)";
 }
 
 inline void* plugin_library() {

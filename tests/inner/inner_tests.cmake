@@ -1,0 +1,48 @@
+# The inner-plugin transport (ZIPCCL_NET_INNER, docs/notes/inner.md): the plugin's conformance and
+# process-fault suites with zipccl running over another NCCL net plugin. Included from
+# tests/plugin/CMakeLists.txt (gtest_discover_tests must run where the test targets are defined).
+#
+# 1. zipccl over zipccl: a copy of the built plugin under another file name is a second instance with
+#    its own globals (dlopen of the same path would return the same object). The copy, finding
+#    ZIPCCL_NET_INNER naming itself, carries bytes over its socket transport without compressing.
+set(ZIPCCL_INNER_SELF ${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-zipccl-inner.so)
+add_custom_command(OUTPUT ${ZIPCCL_INNER_SELF}
+  COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/inner
+  COMMAND ${CMAKE_COMMAND} -E copy $<TARGET_FILE:nccl-net-zipccl> ${ZIPCCL_INNER_SELF}
+  DEPENDS nccl-net-zipccl $<TARGET_FILE:nccl-net-zipccl>)
+add_custom_target(nccl-net-zipccl-inner-copy ALL DEPENDS ${ZIPCCL_INNER_SELF})
+add_dependencies(test_plugin_conformance nccl-net-zipccl-inner-copy)
+add_dependencies(test_plugin_faults nccl-net-zipccl-inner-copy)
+set(_inner_self --setenv=NCCL_SOCKET_IFNAME=lo --setenv=ZIPCCL_NET_INNER=${ZIPCCL_INNER_SELF})
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.never." DISCOVERY_TIMEOUT 60
+  PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=never)
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.always." DISCOVERY_TIMEOUT 60
+  PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.auto." DISCOVERY_TIMEOUT 60
+  PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=auto --setenv=ZIPCCL_LINK_GBPS=1)
+gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.zipccl." DISCOVERY_TIMEOUT 60 TEST_FILTER "Faults.*"
+  PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
+
+# 2. zipccl over aws-ofi-nccl (libfabric tcp;ofi_rxm, host memory, SENDRECV protocol, loopback), built
+#    by tools/ofi_build.sh (CI: tools/test.sh). Each test skips, saying so, when that build is absent.
+#    LD_LIBRARY_PATH (the stand-in libcudart.so) must be set before the process starts: the one
+#    ENVIRONMENT entry; the rest travel as --setenv arguments (env_main.cpp).
+# tools/ofi_build.sh's output: build-ofi/ when it was run as a user, else the root cache.
+if(EXISTS ${PROJECT_SOURCE_DIR}/build-ofi/lib)
+  set(_ofi_default ${PROJECT_SOURCE_DIR}/build-ofi/lib)
+else()
+  set(_ofi_default /var/cache/zipccl/ofi/lib)
+endif()
+set(ZIPCCL_OFI_LIB ${_ofi_default} CACHE PATH "folder with libnccl-net-ofi.so and the stand-in libcudart.so (tools/ofi_build.sh)")
+set(_inner_ofi --setenv=ZIPCCL_NET_INNER=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so --setenv=ZIPCCL_TEST_INNER_REQUIRED=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so
+  --setenv=FI_PROVIDER=tcp --setenv=OFI_NCCL_PROTOCOL=SENDRECV --setenv=FI_TCP_IFACE=lo
+  --setenv=OFI_NCCL_EXCLUDE_TCP_IF=docker0)
+set(_ofi_props LABELS cpu ENVIRONMENT LD_LIBRARY_PATH=${ZIPCCL_OFI_LIB} SKIP_REGULAR_EXPRESSION "inner plugin build absent")
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.never." DISCOVERY_TIMEOUT 60
+  PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=never)
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.always." DISCOVERY_TIMEOUT 60
+  PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.auto." DISCOVERY_TIMEOUT 60
+  PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=auto --setenv=ZIPCCL_LINK_GBPS=1)
+gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.ofi." DISCOVERY_TIMEOUT 60 TEST_FILTER "Faults.*"
+  PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
