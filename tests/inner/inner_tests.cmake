@@ -13,12 +13,15 @@ add_custom_command(OUTPUT ${ZIPCCL_INNER_SELF}
 add_custom_target(nccl-net-zipccl-inner-copy ALL DEPENDS ${ZIPCCL_INNER_SELF})
 add_dependencies(test_plugin_conformance nccl-net-zipccl-inner-copy)
 add_dependencies(test_plugin_faults nccl-net-zipccl-inner-copy)
+# The outer ABI version does not reach the transport (the adapters convert before it), and each run
+# costs seconds over a real plugin: the oldest and the newest table here, the newest over aws-ofi-nccl.
+set(_inner_versions "*/v7:*/v11:ConformanceV11.*")
 set(_inner_self --setenv=NCCL_SOCKET_IFNAME=lo --setenv=ZIPCCL_NET_INNER=${ZIPCCL_INNER_SELF})
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.never." DISCOVERY_TIMEOUT 60
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.never." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_inner_versions}
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=never)
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.always." DISCOVERY_TIMEOUT 60
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.always." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_inner_versions}
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.auto." DISCOVERY_TIMEOUT 60
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.auto." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_inner_versions}
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=auto --setenv=ZIPCCL_LINK_GBPS=1)
 gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.zipccl." DISCOVERY_TIMEOUT 60 TEST_FILTER "Faults.*"
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
@@ -38,11 +41,17 @@ set(_inner_ofi --setenv=ZIPCCL_NET_INNER=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so --
   --setenv=FI_PROVIDER=tcp --setenv=OFI_NCCL_PROTOCOL=SENDRECV --setenv=FI_TCP_IFACE=lo
   --setenv=OFI_NCCL_EXCLUDE_TCP_IF=docker0)
 set(_ofi_props LABELS cpu ENVIRONMENT LD_LIBRARY_PATH=${ZIPCCL_OFI_LIB} SKIP_REGULAR_EXPRESSION "inner plugin build absent")
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.never." DISCOVERY_TIMEOUT 60
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.never." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v11:ConformanceV11.*"
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=never)
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.always." DISCOVERY_TIMEOUT 60
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.always." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v11:ConformanceV11.*"
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.auto." DISCOVERY_TIMEOUT 60
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.auto." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v11:ConformanceV11.*"
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=auto --setenv=ZIPCCL_LINK_GBPS=1)
-gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.ofi." DISCOVERY_TIMEOUT 60 TEST_FILTER "Faults.*"
-  PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
+# aws-ofi-nccl over tcp;ofi_rxm reports no error for a dead peer (its requests stay pending): a send
+# to a dead receiver becomes an error through ZIPCCL_IO_TIMEOUT_MS. A receive for a message that never
+# started looks like an idle peer, so SenderDiesMidTransfer cannot pass over this inner plugin: it
+# reports the loss of a sender to nobody (docs/notes/inner.md).
+gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.ofi." DISCOVERY_TIMEOUT 60
+  TEST_FILTER "Faults.ReceiverDiesMidTransfer"
+  PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0
+  --setenv=ZIPCCL_IO_TIMEOUT_MS=2000)

@@ -16,6 +16,7 @@
 // comes. Every call here is non-blocking: a NULL request from the inner is retried on the next call.
 #include "inner_transport.h"
 
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -61,7 +62,7 @@ const char* inner_name() { return g_inner ? g_inner->net->name() : "?"; }
 class Registrations {
  public:
   Registrations(InnerNet* net, void* comm) : net_(net), comm_(comm) {}
-  ~Registrations() { clear(); }
+  ~Registrations() = default;  // clear() first where it is safe (see the connections' destructors)
   // Deregisters everything (before the comm closes).
   void clear() {
     for (auto& r : regs_) net_->dereg_mr(comm_, r.second.mh);
@@ -134,10 +135,44 @@ class Bounce {
     return r;
   }
   char* data() const { return buf_.get(); }
+  void leak() { (void)buf_.release(); }  // leave_open()
 
  private:
   std::unique_ptr<char[]> buf_;
   size_t cap_ = 0;
+};
+
+// A connection closed with inner requests in flight (only after a failure: NCCL closes idle comms).
+// The inner comm, its registrations and the buffers they cover are left as they are: closing or
+// deregistering under in-flight requests crashed libfabric inside aws-ofi-nccl's closeSend, and the
+// inner may still write into the buffers. A failed job leaks a little instead of crashing.
+void leave_open(const char* what, int inflight) {
+  ZIPCCL_WARN("inner plugin %s: closing a failed %s connection with %d request(s) in flight; its inner comm "
+              "and buffers are left open",
+              inner_name(), what, inflight);
+}
+
+// ZIPCCL_IO_TIMEOUT_MS over an inner plugin: a connection that has a transfer under way (a send
+// posted, or a receive whose header arrived) and sees no inner request complete for that long fails.
+// Some plugins never report a dead peer (aws-ofi-nccl over tcp;ofi_rxm leaves the requests pending).
+class Stall {
+ public:
+  void progressed() { last_ = std::chrono::steady_clock::now(); }
+  // True (after one WARN) when `busy` has lasted the timeout without progress.
+  bool check(bool busy, const char* what) {
+    const int ms = settings().io_timeout_ms;
+    if (!busy || ms <= 0) {
+      progressed();
+      return false;
+    }
+    if (std::chrono::steady_clock::now() - last_ < std::chrono::milliseconds(ms)) return false;
+    ZIPCCL_WARN("inner plugin %s: no %s progress for %d ms (ZIPCCL_IO_TIMEOUT_MS); failing the connection",
+                inner_name(), what, ms);
+    return true;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
 // One inner request: posted (non-null), then tested until done (the inner frees it then).
@@ -146,11 +181,15 @@ struct InnerReq {
   bool posted = false, done = false;
   size_t size = 0;  // bytes the inner reported at completion
   void reset() { *this = InnerReq{}; }
-  ncclResult_t poll(InnerNet* net, const char* what) {
+  bool in_flight() const { return posted && !done; }
+  ncclResult_t poll(InnerNet* net, const char* what, Stall* stall) {
     if (!posted || done) return ncclSuccess;
     int d = 0;
     INNER_CHECK(net->test(req, &d, &size), "test of a %s", what);
-    if (d) done = true;
+    if (d) {
+      done = true;
+      stall->progressed();
+    }
     return ncclSuccess;
   }
 };
@@ -159,6 +198,14 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
  public:
   InnerSendConn(InnerNet* net, void* comm) : net_(net), comm_(comm), regs_(net, comm), ops_(kSendSlots) {}
   ~InnerSendConn() override {
+    int inflight = 0;
+    for (const Op& o : ops_) inflight += o.hdr.in_flight() + o.pay.in_flight();
+    if (inflight) {
+      leave_open("send", inflight);
+      (void)headers_.release();
+      for (Op& o : ops_) o.bounce.leak();
+      return;
+    }
     regs_.clear();
     if (net_->close_send(comm_) != ncclSuccess) ZIPCCL_WARN("inner plugin %s: closeSend failed", inner_name());
   }
@@ -268,11 +315,13 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
       o.pay.posted = true;
       queue_.pop_front();
     }
+    bool busy = false;
     for (Op& o : ops_) {
       if (!o.used) continue;
-      ncclResult_t r = o.hdr.poll(net_, "header send");
-      if (r == ncclSuccess) r = o.pay.poll(net_, "payload send");
+      ncclResult_t r = o.hdr.poll(net_, "header send", &stall_);
+      if (r == ncclSuccess) r = o.pay.poll(net_, "payload send", &stall_);
       if (r != ncclSuccess) return fail(r);
+      busy = busy || !o.pay.done;
       if (o.pay.done && !o.counted) {
         o.counted = true;
         delivered_ += o.len;
@@ -280,6 +329,7 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
       }
       if (!o.pay.done) o.counted = false;
     }
+    if (stall_.check(busy, "send")) return fail(ncclSystemError);
     return ncclSuccess;
   }
 
@@ -289,6 +339,7 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   std::unique_ptr<char[]> headers_;  // kSendSlots headers, registered
   std::vector<Op> ops_;
   std::deque<int> queue_;  // ops not fully posted, in post order
+  Stall stall_;
   uint64_t delivered_ = 0, backlog_ = 0;
   bool failed_ = false;
 };
@@ -311,6 +362,14 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
   InnerRecvConn(InnerNet* net, void* comm)
       : net_(net), comm_(comm), regs_(net, comm), slots_(static_cast<size_t>(settings().max_requests)) {}
   ~InnerRecvConn() override {
+    int inflight = 0;
+    for (const Slot& s : slots_) inflight += s.hdr.in_flight() + s.pay.in_flight();
+    if (inflight) {
+      leave_open("receive", inflight);
+      (void)headers_.release();
+      for (Slot& s : slots_) s.bounce.leak();
+      return;
+    }
     regs_.clear();
     if (net_->close_recv(comm_) != ncclSuccess) ZIPCCL_WARN("inner plugin %s: closeRecv failed", inner_name());
   }
@@ -490,12 +549,15 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
       s.pay.posted = true;
       posting_.pop_front();
     }
+    bool busy = false;  // a message whose header arrived and whose payload has not
     for (Slot& s : slots_) {
       if (!s.used) continue;
-      ncclResult_t r = s.hdr.poll(net_, "header receive");
-      if (r == ncclSuccess) r = s.pay.poll(net_, "payload receive");
+      ncclResult_t r = s.hdr.poll(net_, "header receive", &stall_);
+      if (r == ncclSuccess) r = s.pay.poll(net_, "payload receive", &stall_);
       if (r != ncclSuccess) return fail(r);
+      busy = busy || (s.hdr.done && !s.pay.done);
     }
+    if (stall_.check(busy, "receive")) return fail(ncclSystemError);
     return ncclSuccess;
   }
 
@@ -507,6 +569,7 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
   std::deque<int> posting_;   // receives whose inner receives are not all posted, in order
   std::deque<int> arriving_;  // receives whose message recv() has not taken yet, in order
   std::vector<void*> flushes_;
+  Stall stall_;
   bool failed_ = false;
 };
 
