@@ -1,4 +1,4 @@
-/* NCCL net plugin ABI: types shared by every version (net_v7.h .. net_v11.h).
+/* NCCL net plugin ABI: types shared by every version (net_v7.h .. net_v12.h).
  * Written from NCCL's documented plugin interface (ext-net); plain C so a C program can include it.
  * Only layouts and values NCCL defines are here; nothing zipccl-specific. */
 #ifndef ZIPCCL_NCCL_NET_COMMON_H_
@@ -63,10 +63,20 @@ typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* p
 #define NCCL_NET_MAX_DEVS_PER_NIC 4
 #define NCCL_NET_TRAFFIC_CLASS_UNDEF -1
 
-typedef enum { NCCL_NET_DEVICE_HOST = 0, NCCL_NET_DEVICE_UNPACK = 1 } ncclNetDeviceType;
+/* GIN_* (NCCL 2.28+) are offloads for NCCL's GPU-initiated networking; a net plugin without offload
+ * reports HOST. */
+typedef enum {
+  NCCL_NET_DEVICE_HOST = 0,
+  NCCL_NET_DEVICE_UNPACK = 1,
+  NCCL_NET_DEVICE_GIN_PROXY = 2,
+  NCCL_NET_DEVICE_GIN_GDAKI = 3
+} ncclNetDeviceType;
 #define NCCL_NET_DEVICE_INVALID_VERSION 0x0
 
-/* Device-offload handle (v7..v11 share the layout). zipccl offers no offload: it never sets one. */
+/* irecv: NCCL may pass *request == this value (v9+) to say it needs no completion for the receive. */
+#define NCCL_NET_OPTIONAL_RECV_COMPLETION 0x1
+
+/* Device-offload handle (v7..v12 share the layout). zipccl offers no offload: it never sets one. */
 typedef struct {
   ncclNetDeviceType netDeviceType;
   int netDeviceVersion;
@@ -78,5 +88,6 @@ typedef ncclNetDeviceHandle_v7_t ncclNetDeviceHandle_v8_t;
 typedef ncclNetDeviceHandle_v7_t ncclNetDeviceHandle_v9_t;
 typedef ncclNetDeviceHandle_v7_t ncclNetDeviceHandle_v10_t;
 typedef ncclNetDeviceHandle_v7_t ncclNetDeviceHandle_v11_t;
+typedef ncclNetDeviceHandle_v7_t ncclNetDeviceHandle_v12_t;
 
 #endif

@@ -1,11 +1,13 @@
-// Thin adapters: one exported ncclNet_vN table per supported NCCL ABI (v7: NCCL 2.17 .. v11: 2.28+),
+// Thin adapters: one exported ncclNet_vN table per supported NCCL ABI (v7: NCCL 2.17 .. v12: 2.30+),
 // all forwarding to net.h. Every entry point catches everything: nothing unwinds into NCCL.
 #include <climits>
 #include <exception>
 #include <new>
+#include <type_traits>
 
 #include "../nccl/net_v10.h"
 #include "../nccl/net_v11.h"
+#include "../nccl/net_v12.h"
 #include "../nccl/net_v7.h"
 #include "../nccl/net_v8.h"
 #include "../nccl/net_v9.h"
@@ -105,7 +107,8 @@ ncclResult_t a_reg_mr(void* comm, void* data, size_t size, int type, void** mh) 
   return guard("regMr", [&] { return net_reg_mr(comm, data, size, type, mh); });
 }
 // NCCL passes the dma-buf fd it exported for device memory (and data's offset in it); -1: none.
-ncclResult_t a_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mh) {
+ncclResult_t a_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                             void** mh) {
   return guard("regMrDmaBuf", [&] { return net_reg_mr_dmabuf(comm, data, size, type, offset, fd, mh); });
 }
 ncclResult_t a_dereg_mr(void* comm, void* mh) {
@@ -163,12 +166,19 @@ ncclResult_t a_init_v11(void** ctx, uint64_t comm_id, ncclNetCommConfig_v11_t*, 
                         ncclProfilerCallback_t) {
   return guard("init", [&] { return net_init_ctx(ctx, comm_id, logger); });
 }
+ncclResult_t a_init_v12(void** ctx, uint64_t comm_id, ncclNetCommConfig_v12_t*, ncclDebugLogger_t logger,
+                        ncclProfilerCallback_t) {
+  return guard("init", [&] { return net_init_ctx(ctx, comm_id, logger); });
+}
 ncclResult_t a_finalize_v11(void* ctx) {
   return guard("finalize", [&] { return net_finalize_ctx(ctx); });
 }
 ncclResult_t a_set_net_attr_v11(void*, ncclNetAttr_v11_t*) {
   return ncclSuccess;
 }  // hints only
+ncclResult_t a_set_net_attr_v12(void*, ncclNetAttr_v12_t*) {
+  return ncclSuccess;
+}
 
 ncclResult_t a_props_v7(int dev, ncclNetProperties_v7_t* p) {
   return guard("getProperties", [&] {
@@ -203,12 +213,19 @@ ncclResult_t a_props_v10(int dev, ncclNetProperties_v10_t* p) {
     return ncclSuccess;
   });
 }
-ncclResult_t a_props_v11(int dev, ncclNetProperties_v11_t* p) {
+// v11 adds maxMultiRequestSize, v12 the rail and plane: undefined, zipccl's devices are not mapped
+// onto a rail topology.
+template <typename P>
+ncclResult_t a_props_v11_up(int dev, P* p) {
   return guard("getProperties", [&] {
     Properties q;
     ZIPCCL_CHECK(net_properties(dev, &q));
     fill_v9(dev, q, p);
     p->maxMultiRequestSize = 1;
+    if constexpr (std::is_same_v<P, ncclNetProperties_v12_t>) {
+      p->railId = NCCL_NET_ID_UNDEF;
+      p->planeId = NCCL_NET_ID_UNDEF;
+    }
     return ncclSuccess;
   });
 }
@@ -252,7 +269,17 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlu
     a_close_send, a_close_recv,    a_close_listen, nullptr,     nullptr,   nullptr};
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
-    kPluginName, a_init_v11, a_devices,       a_props_v11,       a_listen_v11,   a_connect_v11,
-    a_accept,    a_reg_mr,   a_reg_mr_dmabuf, a_dereg_mr,        a_isend_p,      a_irecv_p,
-    a_iflush,    test_int,   a_close_send,    a_close_recv,      a_close_listen, nullptr,
-    nullptr,     nullptr,    a_finalize_v11,  a_set_net_attr_v11};
+    kPluginName,     a_init_v11,        a_devices,    a_props_v11_up<ncclNetProperties_v11_t>,
+    a_listen_v11,    a_connect_v11,     a_accept,     a_reg_mr,
+    a_reg_mr_dmabuf, a_dereg_mr,        a_isend_p,    a_irecv_p,
+    a_iflush,        test_int,          a_close_send, a_close_recv,
+    a_close_listen,  nullptr,           nullptr,      nullptr,
+    a_finalize_v11,  a_set_net_attr_v11};
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
+    kPluginName,     a_init_v12,        a_devices,    a_props_v11_up<ncclNetProperties_v12_t>,
+    a_listen_v11,    a_connect_v11,     a_accept,     a_reg_mr,
+    a_reg_mr_dmabuf, a_dereg_mr,        a_isend_p,    a_irecv_p,
+    a_iflush,        test_int,          a_close_send, a_close_recv,
+    a_close_listen,  nullptr,           nullptr,      nullptr,
+    a_finalize_v11,  a_set_net_attr_v12};

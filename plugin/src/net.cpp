@@ -38,7 +38,7 @@ struct Context {
 std::mutex g_init_mu;
 Transport* g_transport = nullptr;
 std::vector<DeviceInfo> g_devices;
-int g_contexts = 0;  // v11 init/finalize reference count
+int g_contexts = 0;  // v11+ init/finalize reference count
 bool g_inner = false;  // g_transport runs over ZIPCCL_NET_INNER's plugin
 
 template <typename T>

@@ -1,9 +1,8 @@
-// Test-side driver: loads the built libnccl-net-zipccl.so with dlopen and presents every exported
-// ncclNet_vN table through one small interface, calling each with its own version's signatures the
-// way NCCL's proxy does.
+// Test-side driver: loads the built libnccl-net-zipccl.so and calls any one of its exported ncclNet_vN
+// tables through the net client (plugin/client), which adapts each version's signatures the way
+// NCCL's own compatibility layer does.
 #pragma once
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,11 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "nccl/net_v10.h"
-#include "nccl/net_v11.h"
-#include "nccl/net_v7.h"
-#include "nccl/net_v8.h"
-#include "nccl/net_v9.h"
+#include "zipccl/net_client.h"
 
 namespace zipccl_test {
 
@@ -72,8 +67,12 @@ inline std::string inner_plugin_absent() {
 }
 
 inline void* plugin_library() {
-  static void* lib = dlopen(ZIPCCL_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) std::fprintf(stderr, "dlopen(%s): %s\n", ZIPCCL_PLUGIN_PATH, dlerror());
+  static void* lib = [] {
+    char error[ZIPCCL_NET_ERROR_MAX];
+    void* l = zipccl_net_dlopen(ZIPCCL_PLUGIN_PATH, nullptr, 0, error, sizeof error);
+    if (!l) std::fprintf(stderr, "dlopen(%s): %s\n", ZIPCCL_PLUGIN_PATH, error);
+    return l;
+  }();
   return lib;
 }
 
@@ -83,134 +82,62 @@ struct Props {
   int speed = 0;
   int max_recvs = 0;
   size_t max_p2p = 0;
+  zipccl::net_client::Properties all{};  // every field, widened to the newest ABI by the client
 };
 
+// One table of the built plugin through the net client, with the context a test's init created.
 class NetApi {
  public:
-  virtual ~NetApi() = default;
-  virtual int version() const = 0;
-  virtual const char* name() const = 0;
-  virtual ncclResult_t init() = 0;
-  virtual ncclResult_t finalize() = 0;
-  virtual ncclResult_t devices(int* n) = 0;
-  virtual ncclResult_t props(int dev, Props* p) = 0;
-  virtual ncclResult_t listen(int dev, void* handle, void** l) = 0;
-  virtual ncclResult_t connect(int dev, void* handle, void** sc) = 0;
-  virtual ncclResult_t accept(void* l, void** rc) = 0;
-  virtual ncclResult_t reg_mr(void* comm, void* data, size_t size, int type, void** mh) = 0;
-  virtual ncclResult_t dereg_mr(void* comm, void* mh) = 0;
-  virtual ncclResult_t isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) = 0;
-  virtual ncclResult_t irecv(void* rc, void* data, size_t size, int tag, void* mh, void** req) = 0;
-  virtual ncclResult_t test(void* req, int* done, int* size) = 0;
-  virtual ncclResult_t close_send(void* c) = 0;
-  virtual ncclResult_t close_recv(void* c) = 0;
-  virtual ncclResult_t close_listen(void* c) = 0;
-};
-
-template <typename Net, int V>
-class NetApiImpl final : public NetApi {
- public:
-  explicit NetApiImpl(const Net* n) : n_(n) {}
-  int version() const override { return V; }
-  const char* name() const override { return n_->name; }
-  ncclResult_t init() override {
-    if constexpr (V >= 11) {
-      ncclNetCommConfig_v11_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-      return n_->init(&ctx_, 0x1234, &cfg, test_logger, nullptr);
-    } else if constexpr (V == 10) {
-      return n_->init(test_logger, nullptr);
-    } else {
-      return n_->init(test_logger);
-    }
+  explicit NetApi(std::unique_ptr<zipccl::net_client::Net> net) : net_(std::move(net)) {}
+  zipccl::net_client::Net& net() { return *net_; }
+  int version() const { return net_->version(); }
+  const char* name() const { return net_->name(); }
+  void* context() const { return ctx_; }
+  ncclResult_t init() {
+    zipccl::net_client::CommConfig cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+    return net_->init(&ctx_, 0x1234, &cfg, test_logger, nullptr);
   }
-  ncclResult_t finalize() override {
-    if constexpr (V >= 11) return n_->finalize(ctx_);
-    return ncclSuccess;
-  }
-  ncclResult_t devices(int* n) override { return n_->devices(n); }
-  ncclResult_t props(int dev, Props* p) override {
-    decltype(props_type()) q;
+  ncclResult_t finalize() { return net_->finalize(ctx_); }
+  ncclResult_t devices(int* n) { return net_->devices(n); }
+  ncclResult_t props(int dev, Props* p) {
+    zipccl::net_client::Properties q;
     std::memset(&q, 0x5a, sizeof q);
-    ncclResult_t r = n_->getProperties(dev, &q);
+    ncclResult_t r = net_->get_properties(dev, &q);
     if (r != ncclSuccess) return r;
     p->name = q.name ? q.name : "";
     p->ptr_support = q.ptrSupport;
     p->speed = q.speed;
     p->max_recvs = q.maxRecvs;
-    if constexpr (V >= 9) p->max_p2p = q.maxP2pBytes;
+    p->max_p2p = q.maxP2pBytes;
+    p->all = q;
     return r;
   }
-  ncclResult_t listen(int dev, void* handle, void** l) override {
-    if constexpr (V >= 11)
-      return n_->listen(ctx_, dev, handle, l);
-    else
-      return n_->listen(dev, handle, l);
+  ncclResult_t listen(int dev, void* handle, void** l) { return net_->listen(ctx_, dev, handle, l); }
+  ncclResult_t connect(int dev, void* handle, void** sc) {
+    zipccl::net_client::DeviceHandle* dh = nullptr;
+    return net_->connect(ctx_, dev, handle, sc, &dh);
   }
-  ncclResult_t connect(int dev, void* handle, void** sc) override {
-    ncclNetDeviceHandle_v7_t* dh = nullptr;
-    if constexpr (V >= 11) {
-      return n_->connect(ctx_, dev, handle, sc, &dh);
-    } else if constexpr (V == 10) {
-      ncclNetCommConfig_v10_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-      return n_->connect(dev, &cfg, handle, sc, &dh);
-    } else {
-      return n_->connect(dev, handle, sc, &dh);
-    }
+  ncclResult_t accept(void* l, void** rc) {
+    zipccl::net_client::DeviceHandle* dh = nullptr;
+    return net_->accept(l, rc, &dh);
   }
-  ncclResult_t accept(void* l, void** rc) override {
-    ncclNetDeviceHandle_v7_t* dh = nullptr;
-    return n_->accept(l, rc, &dh);
+  ncclResult_t reg_mr(void* comm, void* data, size_t size, int type, void** mh) {
+    return net_->reg_mr(comm, data, size, type, mh);
   }
-  ncclResult_t reg_mr(void* comm, void* data, size_t size, int type, void** mh) override {
-    if constexpr (V == 7)
-      return n_->regMr(comm, data, static_cast<int>(size), type, mh);
-    else
-      return n_->regMr(comm, data, size, type, mh);
+  ncclResult_t dereg_mr(void* comm, void* mh) { return net_->dereg_mr(comm, mh); }
+  ncclResult_t isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) {
+    return net_->isend(sc, data, size, tag, mh, req);
   }
-  ncclResult_t dereg_mr(void* comm, void* mh) override { return n_->deregMr(comm, mh); }
-  ncclResult_t isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) override {
-    if constexpr (V <= 8)
-      return n_->isend(sc, data, static_cast<int>(size), tag, mh, req);
-    else if constexpr (V == 9)
-      return n_->isend(sc, data, size, tag, mh, req);
-    else
-      return n_->isend(sc, data, size, tag, mh, nullptr, req);
+  ncclResult_t irecv(void* rc, void* data, size_t size, int tag, void* mh, void** req) {
+    return net_->irecv(rc, data, size, tag, mh, req);
   }
-  ncclResult_t irecv(void* rc, void* data, size_t size, int tag, void* mh, void** req) override {
-    void* datas[1] = {data};
-    int tags[1] = {tag};
-    void* mhs[1] = {mh};
-    if constexpr (V <= 8) {
-      int sizes[1] = {static_cast<int>(size)};
-      return n_->irecv(rc, 1, datas, sizes, tags, mhs, req);
-    } else if constexpr (V == 9) {
-      size_t sizes[1] = {size};
-      return n_->irecv(rc, 1, datas, sizes, tags, mhs, req);
-    } else {
-      size_t sizes[1] = {size};
-      void* ph[1] = {nullptr};
-      return n_->irecv(rc, 1, datas, sizes, tags, mhs, ph, req);
-    }
-  }
-  ncclResult_t test(void* req, int* done, int* size) override { return n_->test(req, done, size); }
-  ncclResult_t close_send(void* c) override { return n_->closeSend(c); }
-  ncclResult_t close_recv(void* c) override { return n_->closeRecv(c); }
-  ncclResult_t close_listen(void* c) override { return n_->closeListen(c); }
+  ncclResult_t test(void* req, int* done, int* size) { return net_->test(req, done, size); }
+  ncclResult_t close_send(void* c) { return net_->close_send(c); }
+  ncclResult_t close_recv(void* c) { return net_->close_recv(c); }
+  ncclResult_t close_listen(void* c) { return net_->close_listen(c); }
 
  private:
-  static auto props_type() {
-    if constexpr (V == 7)
-      return ncclNetProperties_v7_t{};
-    else if constexpr (V == 8)
-      return ncclNetProperties_v8_t{};
-    else if constexpr (V == 9)
-      return ncclNetProperties_v9_t{};
-    else if constexpr (V == 10)
-      return ncclNetProperties_v10_t{};
-    else
-      return ncclNetProperties_v11_t{};
-  }
-  const Net* n_;
+  std::unique_ptr<zipccl::net_client::Net> net_;
   void* ctx_ = nullptr;
 };
 
@@ -218,22 +145,9 @@ class NetApiImpl final : public NetApi {
 inline std::unique_ptr<NetApi> load_api(int version) {
   void* lib = plugin_library();
   if (!lib) return nullptr;
-  std::string sym = "ncclNetPlugin_v" + std::to_string(version);
-  void* p = dlsym(lib, sym.c_str());
-  if (!p) return nullptr;
-  switch (version) {
-    case 7:
-      return std::make_unique<NetApiImpl<ncclNet_v7_t, 7>>(static_cast<ncclNet_v7_t*>(p));
-    case 8:
-      return std::make_unique<NetApiImpl<ncclNet_v8_t, 8>>(static_cast<ncclNet_v8_t*>(p));
-    case 9:
-      return std::make_unique<NetApiImpl<ncclNet_v9_t, 9>>(static_cast<ncclNet_v9_t*>(p));
-    case 10:
-      return std::make_unique<NetApiImpl<ncclNet_v10_t, 10>>(static_cast<ncclNet_v10_t*>(p));
-    case 11:
-      return std::make_unique<NetApiImpl<ncclNet_v11_t, 11>>(static_cast<ncclNet_v11_t*>(p));
-  }
-  return nullptr;
+  auto net = zipccl::net_client::load_version(lib, version);
+  if (!net) return nullptr;
+  return std::make_unique<NetApi>(std::move(net));
 }
 
 using Clock = std::chrono::steady_clock;

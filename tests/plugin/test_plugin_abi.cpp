@@ -1,4 +1,4 @@
-// The shared object's ABI surface: exactly the ncclNetPlugin_v7..v11 symbols, no C++ runtime or codec
+// The shared object's ABI surface: exactly the ncclNetPlugin_v7..v12 symbols, no C++ runtime or codec
 // symbols, no dependency on libstdc++, and `name` readable before init.
 #include <gtest/gtest.h>
 
@@ -44,7 +44,7 @@ TEST(PluginAbi, ExportsExactlyTheNetTables) {
     if (sp != std::string::npos) syms.insert(line.substr(sp + 1));
   }
   std::set<std::string> want = {"ncclNetPlugin_v7", "ncclNetPlugin_v8", "ncclNetPlugin_v9",
-                                "ncclNetPlugin_v10", "ncclNetPlugin_v11"};
+                                "ncclNetPlugin_v10", "ncclNetPlugin_v11", "ncclNetPlugin_v12"};
   EXPECT_EQ(syms, want) << out;
 }
 
@@ -61,7 +61,7 @@ TEST(PluginAbi, NameIsValidBeforeInit) {
   void* lib = plugin_library();
   ASSERT_TRUE(lib);
   for (const char* sym : {"ncclNetPlugin_v7", "ncclNetPlugin_v8", "ncclNetPlugin_v9", "ncclNetPlugin_v10",
-                          "ncclNetPlugin_v11"}) {
+                          "ncclNetPlugin_v11", "ncclNetPlugin_v12"}) {
     const char* const* name = static_cast<const char* const*>(dlsym(lib, sym));
     ASSERT_TRUE(name) << sym;
     EXPECT_STREQ(*name, "zipccl") << sym;
@@ -79,7 +79,7 @@ TEST(PluginAbi, CallsBeforeInitFailCleanly) {
 }
 
 TEST(PluginAbi, InitLogsEverySettingWithPrefix) {
-  auto api = load_api(11);
+  auto api = load_api(12);
   ASSERT_TRUE(api);
   ASSERT_EQ(api->init(), ncclSuccess);
   EXPECT_TRUE(log_contains("NET/zipccl : ZIPCCL_COMPRESS="));

@@ -271,7 +271,7 @@ TEST_P(Conformance, RejectsDeviceMemoryAndBadPointers) {
   close(sc, rc, lc);
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, Conformance, ::testing::Values(7, 8, 9, 10, 11),
+INSTANTIATE_TEST_SUITE_P(Versions, Conformance, ::testing::Values(7, 8, 9, 10, 11, 12),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "v" + std::to_string(i.param);
                          });
