@@ -15,7 +15,7 @@ add_dependencies(test_plugin_conformance nccl-net-zipccl-inner-copy)
 add_dependencies(test_plugin_faults nccl-net-zipccl-inner-copy)
 # The outer ABI version does not reach the transport (the adapters convert before it), and each run
 # costs seconds over a real plugin: the oldest and the newest table here, the newest over aws-ofi-nccl.
-set(_inner_versions "*/v7:*/v11:ConformanceV11.*")
+set(_inner_versions "*/v7:*/v12:ConformanceV11.*")
 set(_inner_self --setenv=NCCL_SOCKET_IFNAME=lo --setenv=ZIPCCL_NET_INNER=${ZIPCCL_INNER_SELF})
 gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.never." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_inner_versions}
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=never)
@@ -41,11 +41,11 @@ set(_inner_ofi --setenv=ZIPCCL_NET_INNER=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so --
   --setenv=FI_PROVIDER=tcp --setenv=OFI_NCCL_PROTOCOL=SENDRECV --setenv=FI_TCP_IFACE=lo
   --setenv=OFI_NCCL_EXCLUDE_TCP_IF=docker0)
 set(_ofi_props LABELS cpu ENVIRONMENT LD_LIBRARY_PATH=${ZIPCCL_OFI_LIB} SKIP_REGULAR_EXPRESSION "inner plugin build absent")
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.never." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v11:ConformanceV11.*"
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.never." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v12:ConformanceV11.*"
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=never)
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.always." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v11:ConformanceV11.*"
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.always." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v12:ConformanceV11.*"
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.auto." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v11:ConformanceV11.*"
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.auto." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v12:ConformanceV11.*"
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=auto --setenv=ZIPCCL_LINK_GBPS=1)
 # aws-ofi-nccl over tcp;ofi_rxm reports no error for a dead peer (its requests stay pending): a send
 # to a dead receiver becomes an error through ZIPCCL_IO_TIMEOUT_MS. A receive for a message that never
