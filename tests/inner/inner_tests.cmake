@@ -16,7 +16,8 @@ add_dependencies(test_plugin_faults nccl-net-zipccl-inner-copy)
 # The outer ABI version does not reach the transport (the adapters convert before it), and each run
 # costs seconds over a real plugin: the oldest and the newest table here, the newest over aws-ofi-nccl.
 set(_inner_versions "*/v7:*/v12:ConformanceV11.*")
-set(_inner_self --setenv=NCCL_SOCKET_IFNAME=lo --setenv=ZIPCCL_NET_INNER=${ZIPCCL_INNER_SELF})
+set(_inner_self --setenv=NCCL_SOCKET_IFNAME=lo --setenv=ZIPCCL_NET_INNER=${ZIPCCL_INNER_SELF}
+  --setenv=ZIPCCL_TEST_INNER_NAME=zipccl:)
 gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.never." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_inner_versions}
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=never)
 gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.always." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_inner_versions}
@@ -39,7 +40,7 @@ endif()
 set(ZIPCCL_OFI_LIB ${_ofi_default} CACHE PATH "folder with libnccl-net-ofi.so and the stand-in libcudart.so (tools/ofi_build.sh)")
 set(_inner_ofi --setenv=ZIPCCL_NET_INNER=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so --setenv=ZIPCCL_TEST_INNER_REQUIRED=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so
   --setenv=FI_PROVIDER=tcp --setenv=OFI_NCCL_PROTOCOL=SENDRECV --setenv=FI_TCP_IFACE=lo
-  --setenv=OFI_NCCL_EXCLUDE_TCP_IF=docker0)
+  --setenv=OFI_NCCL_EXCLUDE_TCP_IF=docker0 --setenv=ZIPCCL_TEST_INNER_NAME=Libfabric:)
 set(_ofi_props LABELS cpu ENVIRONMENT LD_LIBRARY_PATH=${ZIPCCL_OFI_LIB} SKIP_REGULAR_EXPRESSION "inner plugin build absent")
 gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.never." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v12:ConformanceV11.*"
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=never)

@@ -143,6 +143,10 @@ TEST_P(Conformance, NameAndProperties) {
   Props p;
   ASSERT_EQ(api_->props(0, &p), ncclSuccess);
   EXPECT_FALSE(p.name.empty());
+  // Over an inner plugin (tests/inner) every device is one of its devices, named after it.
+  if (const char* inner = std::getenv("ZIPCCL_TEST_INNER_NAME")) {
+    EXPECT_EQ(p.name.rfind(inner, 0), 0u) << p.name << " is not a device of the inner plugin " << inner;
+  }
   EXPECT_EQ(p.ptr_support, device_run() ? NCCL_PTR_HOST | NCCL_PTR_CUDA : NCCL_PTR_HOST);
   EXPECT_EQ(p.max_recvs, 1);
   EXPECT_GT(p.speed, 0);
