@@ -41,12 +41,17 @@ set(ZIPCCL_OFI_LIB ${_ofi_default} CACHE PATH "folder with libnccl-net-ofi.so an
 set(_inner_ofi --setenv=ZIPCCL_NET_INNER=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so --setenv=ZIPCCL_TEST_INNER_REQUIRED=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so
   --setenv=FI_PROVIDER=tcp --setenv=OFI_NCCL_PROTOCOL=SENDRECV --setenv=FI_TCP_IFACE=lo
   --setenv=OFI_NCCL_EXCLUDE_TCP_IF=docker0 --setenv=ZIPCCL_TEST_INNER_NAME=Libfabric:)
+# SeveralConnectionsOnSeveralThreads is left out here: with four threads registering and deregistering
+# a buffer per message, aws-ofi-nccl's regMr failed about one run in eight on this machine ("Couldn't
+# register memory region ... Required key not available", FI_ENOKEY from libfabric), inside the inner
+# plugin; zipccl passes the failure up as it should. It runs over zipccl as the inner plugin above.
+set(_ofi_filter "*/v12:ConformanceV11.*:-*SeveralConnectionsOnSeveralThreads*")
 set(_ofi_props LABELS cpu ENVIRONMENT LD_LIBRARY_PATH=${ZIPCCL_OFI_LIB} SKIP_REGULAR_EXPRESSION "inner plugin build absent")
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.never." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v12:ConformanceV11.*"
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.never." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_ofi_filter}
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=never)
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.always." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v12:ConformanceV11.*"
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.always." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_ofi_filter}
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
-gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.auto." DISCOVERY_TIMEOUT 60 TEST_FILTER "*/v12:ConformanceV11.*"
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.auto." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_ofi_filter}
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=auto --setenv=ZIPCCL_LINK_GBPS=1)
 # aws-ofi-nccl over tcp;ofi_rxm reports no error for a dead peer (its requests stay pending): a send
 # to a dead receiver becomes an error through ZIPCCL_IO_TIMEOUT_MS. A receive for a message that never
