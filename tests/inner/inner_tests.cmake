@@ -24,6 +24,12 @@ gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.always." 
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
 gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.auto." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_inner_versions}
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=auto --setenv=ZIPCCL_LINK_GBPS=1)
+# Device buffers (the GPU path's host emulation): staged through host memory the inner never saw
+# registered, so every payload takes the connections' bounce buffers.
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.always.gpuemu." DISCOVERY_TIMEOUT 60
+  TEST_FILTER "*/v12" PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=always
+  --setenv=ZIPCCL_MIN_BYTES=0 --setenv=ZIPCCL_GPU=emulate --setenv=ZIPCCL_TEST_PTR=cuda
+  --setenv=ZIPCCL_GPU_EMULATE_DELAY_US=20)
 gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.zipccl." DISCOVERY_TIMEOUT 60 TEST_FILTER "Faults.*"
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
 
