@@ -32,6 +32,10 @@ class Faults : public ::testing::Test {
     ASSERT_TRUE(api_);
     ASSERT_EQ(api_->init(), ncclSuccess);
   }
+  // The net client's init hands out a context (before v11 its own) that finalize releases.
+  void TearDown() override {
+    if (api_) api_->finalize();
+  }
   std::unique_ptr<NetApi> api_;
 };
 
@@ -235,6 +239,7 @@ class Garbage : public Faults {
   void TearDown() override {
     if (rc_) api_->close_recv(rc_);
     if (lc_) api_->close_listen(lc_);
+    Faults::TearDown();
   }
   void accept_raw(RawPeer* p, uint32_t nstreams = 0) {
     ASSERT_TRUE(p->connect_to(handle_, zn::kHelloMagic, nstreams));

@@ -62,7 +62,7 @@ const char* inner_name() { return g_inner ? g_inner->net->name() : "?"; }
 class Registrations {
  public:
   Registrations(InnerNet* net, void* comm) : net_(net), comm_(comm) {}
-  ~Registrations() = default;  // clear() first where it is safe (see the connections' destructors)
+  // Deregisters nothing by itself: clear() first where that is safe (see the connections' destructors).
   // Deregisters everything (before the comm closes).
   void clear() {
     for (auto& r : regs_) net_->dereg_mr(comm_, r.second.mh);
@@ -135,7 +135,6 @@ class Bounce {
     return r;
   }
   char* data() const { return buf_.get(); }
-  void leak() { (void)buf_.release(); }  // leave_open()
 
  private:
   std::unique_ptr<char[]> buf_;
@@ -147,10 +146,21 @@ class Bounce {
 // they are: closing or deregistering under in-flight requests crashed libfabric inside aws-ofi-nccl's
 // closeSend, and the inner may still write into the buffers. Such a close leaks a little instead of
 // crashing.
-void leave_open(const char* what, int inflight) {
+// What such a connection leaves behind stays reachable here, for the process's lifetime.
+struct LeftOpen {
+  void* comm;
+  Registrations regs;
+  std::unique_ptr<char[]> headers;
+  std::vector<Bounce> bounces;
+};
+void leave_open(const char* what, int inflight, LeftOpen* left) {
   ZIPCCL_WARN("inner plugin %s: closing a %s connection with %d inner request(s) in flight; its inner comm "
               "and buffers are left open",
               inner_name(), what, inflight);
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<LeftOpen>>* kept = new std::vector<std::unique_ptr<LeftOpen>>;
+  std::lock_guard<std::mutex> lock(mu);
+  kept->emplace_back(left);
 }
 
 // ZIPCCL_IO_TIMEOUT_MS over an inner plugin: a connection that has a transfer under way (a send
@@ -202,9 +212,9 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
     int inflight = 0;
     for (const Op& o : ops_) inflight += o.hdr.in_flight() + o.pay.in_flight();
     if (inflight) {
-      leave_open("send", inflight);
-      (void)headers_.release();
-      for (Op& o : ops_) o.bounce.leak();
+      auto* left = new LeftOpen{comm_, std::move(regs_), std::move(headers_), {}};
+      for (Op& o : ops_) left->bounces.push_back(std::move(o.bounce));
+      leave_open("send", inflight, left);
       return;
     }
     regs_.clear();
@@ -367,9 +377,9 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
     int inflight = 0;
     for (const Slot& s : slots_) inflight += s.hdr.in_flight() + s.pay.in_flight();
     if (inflight) {
-      leave_open("receive", inflight);
-      (void)headers_.release();
-      for (Slot& s : slots_) s.bounce.leak();
+      auto* left = new LeftOpen{comm_, std::move(regs_), std::move(headers_), {}};
+      for (Slot& s : slots_) left->bounces.push_back(std::move(s.bounce));
+      leave_open("receive", inflight, left);
       return;
     }
     regs_.clear();
