@@ -67,3 +67,26 @@ gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.ofi." DISCOVERY_TIMEO
   TEST_FILTER "Faults.ReceiverDiesMidTransfer"
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0
   --setenv=ZIPCCL_IO_TIMEOUT_MS=2000)
+
+# 3. Item 4: a missing library, a library that is no net plugin, an inner plugin whose init fails.
+add_executable(test_inner_errors ${PROJECT_SOURCE_DIR}/tests/inner/test_inner_errors.cpp env_main.cpp)
+target_include_directories(test_inner_errors PRIVATE ${PROJECT_SOURCE_DIR}/plugin ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(test_inner_errors PRIVATE ${ZIPCCL_PLUGIN_DEFS})
+target_link_libraries(test_inner_errors PRIVATE GTest::gtest Threads::Threads zipccl_net_client ${CMAKE_DL_LIBS})
+target_compile_options(test_inner_errors PRIVATE -Wall -Wextra)
+add_dependencies(test_inner_errors nccl-net-zipccl)
+gtest_discover_tests(test_inner_errors TEST_PREFIX "inner.missing." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=/nonexistent/libnccl-net-gone.so
+  "--setenv=ZIPCCL_TEST_EXPECT_WARN=cannot load NCCL net plugin /nonexistent/libnccl-net-gone.so"
+  --setenv=ZIPCCL_TEST_EXPECT_RESULT=5)
+gtest_discover_tests(test_inner_errors TEST_PREFIX "inner.notaplugin." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=libc.so.6
+  "--setenv=ZIPCCL_TEST_EXPECT_WARN=libc.so.6 exports no ncclNetPlugin_v7..v12 table"
+  --setenv=ZIPCCL_TEST_EXPECT_RESULT=5)
+# aws-ofi-nccl's init fails when libfabric offers no provider by that name (its second init then
+# succeeds without initialising, so the second WARN is about its devices: both name the library).
+gtest_discover_tests(test_inner_errors TEST_PREFIX "inner.ofi.initfails." DISCOVERY_TIMEOUT 60 PROPERTIES ${_ofi_props}
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so
+  --setenv=ZIPCCL_TEST_INNER_REQUIRED=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so --setenv=FI_PROVIDER=no-such-provider
+  "--setenv=ZIPCCL_TEST_EXPECT_WARN=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so (Libfabric"
+  --setenv=ZIPCCL_TEST_EXPECT_RESULT=any)
