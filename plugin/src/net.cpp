@@ -183,7 +183,7 @@ ncclResult_t net_properties(int dev, Properties* p) {
   p->latency = d.latency_us;
   p->max_comms = 65536;
   p->max_recvs = 1;
-  p->max_bytes = INT_MAX;
+  p->max_bytes = d.max_bytes && d.max_bytes < INT_MAX ? d.max_bytes : INT_MAX;
   return ncclSuccess;
 }
 

@@ -27,6 +27,7 @@ struct DeviceInfo {
   float latency_us = 0;
   int port = 0;
   bool host_ptr = true;  // false: the device cannot carry host memory (NCCL_PTR_HOST clear)
+  size_t max_bytes = 0;  // largest message the device carries; 0: no limit below zipccl's own
 };
 
 class SendConn {

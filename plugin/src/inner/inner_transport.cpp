@@ -624,6 +624,8 @@ class InnerTransport final : public Transport {
     info->latency_us = p.latency;
     info->port = p.port;
     info->host_ptr = (p.ptr_support & NCCL_PTR_HOST) != 0;
+    // A codec frame is never larger than its message, so the inner's limit is exactly ours.
+    info->max_bytes = p.max_p2p_bytes;
     return ncclSuccess;
   }
   // The handle is the inner plugin's own handle (both are NCCL_NET_HANDLE_MAXSIZE bytes).
