@@ -1,41 +1,45 @@
-// `zipccl compress` and `zipccl decompress`: a file to a stream of frames and back.
+// `zipccl compress` and `zipccl decompress`: a file to a stream of frames and back, in bounded memory.
 //
-// A stream is frames back to back, each holding at most 64 MiB of input, so files of any size go
-// through in bounded memory; the decoder learns each frame's length from its header
-// (read_frame_info). An empty file becomes one frame holding nothing, so every stream has a frame.
-#include <sys/stat.h>
+// A stream is frames back to back (gpu_codec/FORMAT.md section 8), each holding at most one chunk of
+// input (8 MiB unless --frame-mib says otherwise), so files of any size go through three reused
+// slots: one is read while the previous is coded and the one before written (frame_stream.h). The
+// decoder learns each frame's length from its header, so it reads streams of any frame sizes,
+// including the files of earlier versions (64 MiB frames). The command line follows zstd's: `-` is
+// stdin/stdout, -o names the output, -f overwrites, -k keeps the input (the default), --rm removes it.
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "frame_stream.h"
 #include "gpu_tool.h"
 #include "isa_option.h"
+#include "stream_io.h"
 #include "zipccl/codec.h"
 
 namespace zipccl {
 namespace tools {
 namespace {
 
-constexpr size_t kFrameInput = size_t{64} << 20;
-constexpr size_t kProbeBytes = size_t{64} << 10;  // first read of a frame: enough for any header
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+constexpr const char* kSuffix = ".zcc";
 
 struct Options {
   codec::ElemType type = codec::ElemType::kAuto;
   int threads = 1;
   int block_log2 = 0;
+  int frame_mib = static_cast<int>(kDefaultFrameInput >> 20);
   bool verbose = false;
   bool gpu = false;  // the CUDA codec (same frames)
+  bool force = false;
+  bool remove_input = false;
   codec::Isa isa = codec::Isa::kAuto;
   std::string in, out;
 };
@@ -67,73 +71,109 @@ bool parse_int(const std::string& s, int lo, int hi, int* out) {
   return true;
 }
 
-// Returns -1 when parsing succeeded, else the exit status (0 after --help).
-int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o) {
-  std::vector<std::string> pos;
-  bool only_positional = false;
-  for (int i = 1; i < argc; ++i) {
-    const char* a = argv[i];
-    std::string v;
-    bool bad = false;
-    if (only_positional || a[0] != '-' || !std::strcmp(a, "-")) {
-      pos.push_back(a);
-    } else if (!std::strcmp(a, "--")) {
-      only_positional = true;
-    } else if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
-      if (compress) {
-        std::printf(
-            "usage: zipccl compress [-t auto|bf16|fp16|fp32] [--threads N | --gpu] [--block-log2 N]\n"
-            "                       [--isa SET] [-v] IN OUT\n"
-            "  Compresses IN into a stream of zipccl frames (64 MiB of input each). '-' is stdin/stdout.\n"
-            "  -t, --type     element type of IN (default auto: detected per frame)\n"
-            "  --threads N    encoder threads per frame (default 1)\n"
-            "  --block-log2 N log2 elements per block, 10..14 (default 14; with --gpu 13)\n"
-            "  --gpu          encode on GPU 0 with the CUDA codec (the CPU's frames at the same block size;\n"
-            "                 exit 3 without a GPU)\n"
-            "%s"
-            "  -v, --verbose  print sizes and ratio to stderr\n",
-            kIsaUsage);
-      } else {
-        std::printf(
-            "usage: zipccl decompress [--threads N | --gpu] [--isa SET] [-v] IN OUT\n"
-            "  Restores a file written by `zipccl compress`. '-' is stdin/stdout.\n"
-            "  --gpu          decode on GPU 0 with the CUDA codec (exit 3 without a GPU)\n"
-            "%s",
-            kIsaUsage);
-      }
-      return kExitOk;
-    } else if (!std::strcmp(a, "-v") || !std::strcmp(a, "--verbose")) {
-      o->verbose = true;
-    } else if (!std::strcmp(a, "--gpu")) {
-      o->gpu = true;
-    } else if (option_value(argc, argv, &i, nullptr, "--threads", &v, &bad)) {
-      if (bad || !parse_int(v, 1, 1024, &o->threads)) {
-        std::fprintf(stderr, "zipccl %s: --threads needs a number from 1 to 1024\n", cmd);
-        return kExitUsage;
-      }
-    } else if (compress && option_value(argc, argv, &i, "-t", "--type", &v, &bad)) {
-      if (bad || !codec::parse_elem_type(v.c_str(), &o->type)) {
-        std::fprintf(stderr, "zipccl %s: -t takes auto, bf16, fp16 or fp32\n", cmd);
-        return kExitUsage;
-      }
-    } else if (option_value(argc, argv, &i, nullptr, "--isa", &v, &bad)) {
-      if (bad) {
-        std::fprintf(stderr, "zipccl %s: --isa needs a kernel set (auto, avx512, avx2, neon, scalar)\n", cmd);
-        return kExitUsage;
-      }
-      if (!parse_isa_option(cmd, v, &o->isa)) return kExitUsage;
-    } else if (compress && option_value(argc, argv, &i, nullptr, "--block-log2", &v, &bad)) {
-      if (bad || !parse_int(v, 10, 14, &o->block_log2)) {  // FORMAT.md: blocks of 2^10..2^14 elements
-        std::fprintf(stderr, "zipccl %s: --block-log2 needs a number from 10 to 14\n", cmd);
-        return kExitUsage;
-      }
-    } else {
-      std::fprintf(stderr, "zipccl %s: unknown option '%s' (see --help)\n", cmd, a);
+constexpr const char* kEndsUsage =
+    "  -o FILE        write to FILE ('-': stdout); or give it as the second argument\n"
+    "  -c, --stdout   write to stdout\n"
+    "  -f, --force    overwrite an existing output file; read or write a terminal\n"
+    "  -k, --keep     keep IN (the default);  --rm: remove IN after success\n";
+
+void usage(bool compress) {
+  if (compress) {
+    std::printf(
+        "usage: zipccl compress [-t auto|bf16|fp16|fp32] [--threads N | --gpu] [--block-log2 N]\n"
+        "                       [--frame-mib N] [--isa SET] [-o OUT] [-f] [-k|--rm] [-v] IN [OUT]\n"
+        "  Compresses IN into a stream of zipccl frames, in bounded memory whatever IN's size.\n"
+        "  '-' is stdin/stdout; without OUT: IN%s (stdout for stdin); a terminal only with -f.\n"
+        "  -t, --type     element type of IN (default auto: detected per frame)\n"
+        "  --threads N    encoder threads per frame (default 1)\n"
+        "  --block-log2 N log2 elements per block, 10..14 (default 14; with --gpu 13)\n"
+        "  --frame-mib N  input MiB per frame, 1..4095 (default %d)\n"
+        "  --gpu          encode on GPU 0 with the CUDA codec (the CPU's frames at the same block size;\n"
+        "                 exit 3 without a GPU)\n"
+        "%s%s"
+        "  -v, --verbose  print sizes and ratio to stderr\n"
+        "Exit status: 0 done, 1 failed (nothing left behind), 2 bad usage, 3 --gpu without a GPU.\n",
+        kSuffix, static_cast<int>(kDefaultFrameInput >> 20), kEndsUsage, kIsaUsage);
+  } else {
+    std::printf(
+        "usage: zipccl decompress [--threads N | --gpu] [--isa SET] [-o OUT] [-f] [-k|--rm] [-v] IN [OUT]\n"
+        "  Restores a stream written by `zipccl compress` (any frame sizes; concatenated streams too).\n"
+        "  '-' is stdin/stdout; without OUT: IN less its %s suffix (stdout for stdin).\n"
+        "  --threads N    decoder threads per frame (default 1)\n"
+        "  --gpu          decode on GPU 0 with the CUDA codec (exit 3 without a GPU)\n"
+        "%s%s"
+        "  -v, --verbose  print sizes and ratio to stderr\n"
+        "Exit status: 0 done, 1 failed (nothing left behind), 2 bad usage, 3 --gpu without a GPU.\n",
+        kSuffix, kEndsUsage, kIsaUsage);
+  }
+}
+
+// Options with a value. 1: matched; 0: not this kind of option; kExitUsage: bad value.
+int parse_value_option(const char* cmd, bool compress, int argc, char** argv, int* i, Options* o) {
+  std::string v;
+  bool bad = false;
+  if (option_value(argc, argv, i, "-o", "--output", &v, &bad)) {
+    if (bad || v.empty() || !o->out.empty()) {
+      std::fprintf(stderr, "zipccl %s: -o needs one file name\n", cmd);
       return kExitUsage;
     }
+    o->out = v;
+  } else if (option_value(argc, argv, i, nullptr, "--threads", &v, &bad)) {
+    if (bad || !parse_int(v, 1, 1024, &o->threads)) {
+      std::fprintf(stderr, "zipccl %s: --threads needs a number from 1 to 1024\n", cmd);
+      return kExitUsage;
+    }
+  } else if (compress && option_value(argc, argv, i, "-t", "--type", &v, &bad)) {
+    if (bad || !codec::parse_elem_type(v.c_str(), &o->type)) {
+      std::fprintf(stderr, "zipccl %s: -t takes auto, bf16, fp16 or fp32\n", cmd);
+      return kExitUsage;
+    }
+  } else if (option_value(argc, argv, i, nullptr, "--isa", &v, &bad)) {
+    if (bad) {
+      std::fprintf(stderr, "zipccl %s: --isa needs a kernel set (auto, avx512, avx2, neon, scalar)\n", cmd);
+      return kExitUsage;
+    }
+    if (!parse_isa_option(cmd, v, &o->isa)) return kExitUsage;
+  } else if (compress && option_value(argc, argv, i, nullptr, "--block-log2", &v, &bad)) {
+    if (bad || !parse_int(v, 10, 14, &o->block_log2)) {  // FORMAT.md: blocks of 2^10..2^14 elements
+      std::fprintf(stderr, "zipccl %s: --block-log2 needs a number from 10 to 14\n", cmd);
+      return kExitUsage;
+    }
+  } else if (compress && option_value(argc, argv, i, nullptr, "--frame-mib", &v, &bad)) {
+    if (bad || !parse_int(v, 1, 4095, &o->frame_mib)) {  // a frame carries < 4 GiB
+      std::fprintf(stderr, "zipccl %s: --frame-mib needs a number from 1 to 4095\n", cmd);
+      return kExitUsage;
+    }
+  } else {
+    return 0;
   }
-  if (pos.size() != 2) {
-    std::fprintf(stderr, "usage: zipccl %s [options] IN OUT   (see --help)\n", cmd);
+  return 1;
+}
+
+// The output's name when none was given: zstd's rule, with the .zcc suffix.
+bool default_output(const char* cmd, bool compress, Options* o) {
+  if (o->in == "-") {
+    o->out = "-";
+    return true;
+  }
+  const size_t n = std::strlen(kSuffix);
+  if (compress) {
+    o->out = o->in + kSuffix;
+    return true;
+  }
+  if (o->in.size() > n && o->in.compare(o->in.size() - n, n, kSuffix) == 0) {
+    o->out = o->in.substr(0, o->in.size() - n);
+    return true;
+  }
+  std::fprintf(stderr, "zipccl %s: %s does not end in %s: name the output (-o FILE or a second argument)\n",
+               cmd, o->in.c_str(), kSuffix);
+  return false;
+}
+
+// Checks that the options go together and fills in the output name.
+int check_args(const char* cmd, bool compress, const std::vector<std::string>& pos, Options* o) {
+  if (pos.empty() || pos.size() > 2 || (pos.size() == 2 && !o->out.empty())) {
+    std::fprintf(stderr, "usage: zipccl %s [options] IN [OUT]   (see --help)\n", cmd);
     return kExitUsage;
   }
   if (o->gpu && o->threads != 1) {
@@ -141,86 +181,51 @@ int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o
     return kExitUsage;
   }
   o->in = pos[0];
-  o->out = pos[1];
+  if (pos.size() == 2) o->out = pos[1];
+  if (o->out.empty() && !default_output(cmd, compress, o)) return kExitUsage;
+  if (o->remove_input && (o->in == "-" || o->out == "-")) {
+    std::fprintf(stderr, "zipccl %s: --rm needs a named input and a named output file\n", cmd);
+    return kExitUsage;
+  }
   return -1;
 }
 
-// The two ends of a command: stdin/stdout for "-", files otherwise. A failed run removes the
-// partial output file so that no half-written file is mistaken for a result.
-class Files {
- public:
-  explicit Files(const char* cmd) : cmd_(cmd) {}
-  ~Files() {
-    if (in_ && in_ != stdin) std::fclose(in_);
-    if (out_ && out_ != stdout) {
-      std::fclose(out_);
-      if (!committed_) std::remove(out_name_.c_str());
-    }
-  }
-
-  bool open(const std::string& in, const std::string& out) {
-    in_name_ = in == "-" ? "<stdin>" : in;
-    out_name_ = out;
-    in_ = in == "-" ? stdin : std::fopen(in.c_str(), "rb");
-    if (!in_) return error(in, std::strerror(errno));
-    if (out != "-") {
-      struct stat si, so;
-      if (::fstat(fileno(in_), &si) == 0 && ::stat(out.c_str(), &so) == 0 && si.st_dev == so.st_dev &&
-          si.st_ino == so.st_ino) {
-        return error(out, "is the input file; refusing to overwrite it");
+// Returns -1 when parsing succeeded, else the exit status (0 after --help).
+int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o) {
+  std::vector<std::string> pos;
+  bool only_positional = false;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (only_positional || a[0] != '-' || !std::strcmp(a, "-")) {
+      pos.push_back(a);
+    } else if (!std::strcmp(a, "--")) {
+      only_positional = true;
+    } else if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
+      usage(compress);
+      return kExitOk;
+    } else if (!std::strcmp(a, "-v") || !std::strcmp(a, "--verbose")) {
+      o->verbose = true;
+    } else if (!std::strcmp(a, "--gpu")) {
+      o->gpu = true;
+    } else if (!std::strcmp(a, "-f") || !std::strcmp(a, "--force")) {
+      o->force = true;
+    } else if (!std::strcmp(a, "-k") || !std::strcmp(a, "--keep")) {
+      o->remove_input = false;
+    } else if (!std::strcmp(a, "--rm")) {
+      o->remove_input = true;
+    } else if (!std::strcmp(a, "-c") || !std::strcmp(a, "--stdout")) {
+      if (!o->out.empty() && o->out != "-") {
+        std::fprintf(stderr, "zipccl %s: -c and -o name two outputs\n", cmd);
+        return kExitUsage;
       }
+      o->out = "-";
+    } else if (int rc = parse_value_option(cmd, compress, argc, argv, &i, o); rc != 1) {
+      if (rc == 0) std::fprintf(stderr, "zipccl %s: unknown option '%s' (see --help)\n", cmd, a);
+      return kExitUsage;
     }
-    out_ = out == "-" ? stdout : std::fopen(out.c_str(), "wb");
-    if (!out_) return error(out, std::strerror(errno));
-    return true;
   }
-
-  // Reads up to n bytes; fewer only at end of input. False on a read error.
-  bool read(void* p, size_t n, size_t* got) {
-    *got = std::fread(p, 1, n, in_);
-    if (std::ferror(in_)) return error(in_name_, "read error");
-    return true;
-  }
-  bool write(const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, out_) != n)
-      return error(out_name_ == "-" ? "<stdout>" : out_name_, std::strerror(errno));
-    return true;
-  }
-  bool finish() {
-    if (std::fflush(out_) != 0) return error(out_name_, std::strerror(errno));
-    if (out_ != stdout) {
-      FILE* f = out_;
-      out_ = nullptr;
-      if (std::fclose(f) != 0) {
-        std::remove(out_name_.c_str());
-        return error(out_name_, std::strerror(errno));
-      }
-    }
-    committed_ = true;
-    return true;
-  }
-  bool input_is_regular() const {
-    struct stat st;
-    return ::fstat(fileno(in_), &st) == 0 && S_ISREG(st.st_mode);
-  }
-  size_t input_size() const {
-    struct stat st;
-    return ::fstat(fileno(in_), &st) == 0 ? static_cast<size_t>(st.st_size) : 0;
-  }
-  const std::string& in_name() const { return in_name_; }
-
-  bool error(const std::string& what, const std::string& why) {
-    std::fprintf(stderr, "zipccl %s: %s: %s\n", cmd_, what.c_str(), why.c_str());
-    return false;
-  }
-
- private:
-  const char* cmd_;
-  std::string in_name_, out_name_;
-  FILE* in_ = nullptr;
-  FILE* out_ = nullptr;
-  bool committed_ = false;
-};
+  return check_args(cmd, compress, pos, o);
+}
 
 // With --gpu: opens the GPU before any output file exists. Returns -1 to go on, else the exit status.
 int open_gpu(const char* cmd, const Options& o, GpuCodec* gpu) {
@@ -234,6 +239,46 @@ int open_gpu(const char* cmd, const Options& o, GpuCodec* gpu) {
   return kExitNoGpu;
 }
 
+// Opens both ends; compressed data is never read from or written to a terminal unless forced.
+bool open_ends(const char* cmd, bool compress, const Options& o, InputFile* in, OutputFile* out) {
+  std::string why;
+  if (!in->open(o.in, &why)) {
+    std::fprintf(stderr, "zipccl %s: %s: %s\n", cmd, o.in.c_str(), why.c_str());
+    return false;
+  }
+  if (in->is_stdin() && !o.force && ::isatty(STDIN_FILENO)) {
+    std::fprintf(stderr, "zipccl %s: stdin is a terminal; give a file or a pipe (-f reads it anyway)\n", cmd);
+    return false;
+  }
+  if (compress && o.out == "-" && !o.force && ::isatty(STDOUT_FILENO)) {
+    std::fprintf(stderr,
+                 "zipccl %s: refusing to write compressed data to a terminal; use -o FILE or a redirect "
+                 "(-f writes it anyway)\n",
+                 cmd);
+    return false;
+  }
+  if (!out->open(o.out, *in, o.force, &why)) {
+    std::fprintf(stderr, "zipccl %s: %s: %s\n", cmd, o.out.c_str(), why.c_str());
+    return false;
+  }
+  return true;
+}
+
+// Commits the output and, with --rm, removes the input. The exit status.
+int finish(const char* cmd, const Options& o, OutputFile* out) {
+  std::string why;
+  if (!out->commit(&why)) {
+    std::fprintf(stderr, "zipccl %s: %s: %s\n", cmd, out->display_name().c_str(), why.c_str());
+    return kExitFailure;
+  }
+  if (o.remove_input && ::unlink(o.in.c_str()) != 0) {
+    std::fprintf(stderr, "zipccl %s: %s was written, but %s could not be removed: %s\n", cmd, o.out.c_str(),
+                 o.in.c_str(), std::strerror(errno));
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
 void report(const Options& o, uint64_t in_bytes, uint64_t out_bytes, uint64_t frames, bool compress) {
   if (!o.verbose) return;
   const uint64_t raw = compress ? in_bytes : out_bytes;
@@ -245,6 +290,21 @@ void report(const Options& o, uint64_t in_bytes, uint64_t out_bytes, uint64_t fr
                o.gpu ? "CUDA" : codec::isa_name(codec::effective_isa(o.isa)));
 }
 
+// The writer stage of both commands; counts what it wrote.
+Pipeline::Stage write_stage(OutputFile* out, uint64_t* in_bytes, uint64_t* out_bytes, uint64_t* frames) {
+  return [=](Slot& s, std::string* why) {
+    if (s.empty) return true;
+    if (!out->write_all(s.result, s.result_len, why)) {
+      *why = out->display_name() + ": " + *why;
+      return false;
+    }
+    *in_bytes += s.in_len;
+    *out_bytes += s.result_len;
+    ++*frames;
+    return true;
+  };
+}
+
 }  // namespace
 
 int cmd_compress(int argc, char** argv) {
@@ -252,68 +312,59 @@ int cmd_compress(int argc, char** argv) {
   if (int rc = parse_args("compress", true, argc, argv, &o); rc >= 0) return rc;
   GpuCodec gpu;
   if (int rc = open_gpu("compress", o, &gpu); rc >= 0) return rc;
-  Files files("compress");
-  if (!files.open(o.in, o.out)) return kExitFailure;
+  InputFile in;
+  OutputFile out;
+  if (!open_ends("compress", true, o, &in, &out)) return kExitFailure;
 
-  // Size the buffers for a small regular file; a pipe (or a file that grows) gets full frames.
-  const bool regular = files.input_is_regular();
-  const size_t hint = files.input_size();
-  size_t in_cap = regular && hint < kFrameInput ? hint + 1 : kFrameInput;
-  std::unique_ptr<uint8_t[]> in(new uint8_t[in_cap]);
-  // The CPU codec's output buffer; with --gpu the frame comes back in gpu_frame instead.
-  size_t out_cap = o.gpu ? 0 : codec::max_encoded_size(in_cap);
-  std::unique_ptr<uint8_t[]> out(o.gpu ? nullptr : new uint8_t[out_cap]);
-
+  const size_t chunk = size_t(o.frame_mib) << 20;
   codec::EncodeOptions opt;
   opt.type = o.type;
   opt.threads = o.threads;
   opt.isa = o.isa;
   opt.block_log2 = o.block_log2;
-  uint64_t total_in = 0, total_out = 0, frames = 0;
-  std::vector<uint8_t> gpu_frame;
-  for (;;) {
-    size_t n = 0;
-    if (!files.read(in.get(), in_cap, &n)) return kExitFailure;
-    if (n == in_cap && in_cap < kFrameInput) {  // the file grew past its size hint
-      std::unique_ptr<uint8_t[]> bigger(new uint8_t[kFrameInput]);
-      std::memcpy(bigger.get(), in.get(), n);
-      size_t more = 0;
-      if (!files.read(bigger.get() + n, kFrameInput - n, &more)) return kExitFailure;
-      n += more;
-      in = std::move(bigger);
-      in_cap = kFrameInput;
-      if (!o.gpu) {
-        out_cap = codec::max_encoded_size(in_cap);
-        out.reset(new uint8_t[out_cap]);
-      }
+  auto read = [&](Slot& s, std::string* why) {
+    if (!s.in.reserve(chunk)) {
+      *why = "cannot allocate the " + std::to_string(o.frame_mib) + " MiB input buffer";
+      return false;
     }
-    if (n == 0 && frames > 0) break;
-    size_t encoded = 0;
-    const uint8_t* frame = nullptr;
+    if (!in.read_full(s.in.data(), chunk, &s.in_len, why)) {
+      *why = in.display_name() + ": " + *why;
+      return false;
+    }
+    s.last = s.in_len < chunk;                // read_full comes back short only at the end
+    s.empty = s.in_len == 0 && s.index > 0;  // an empty input still gets its one (empty) frame
+    return true;
+  };
+  auto code = [&](Slot& s, std::string* why) {
+    if (s.empty) return true;
+    std::string err = "out of memory";
+    codec::Status st = codec::Status::kOk;
+    bool ok;
     if (o.gpu) {
-      std::string err;
-      if (!gpu.encode(in.get(), n, o.type, o.block_log2, &gpu_frame, &err)) {
-        files.error(files.in_name(), "encoding frame " + std::to_string(frames) + " on the GPU failed: " + err);
-        return kExitFailure;
-      }
-      frame = gpu_frame.data();
-      encoded = gpu_frame.size();
+      ok = gpu.encode(s.in.data(), s.in_len, o.type, o.block_log2, &s.gpu_frame, &err);
+      s.result = s.gpu_frame.data();
+      s.result_len = s.gpu_frame.size();
     } else {
-      frame = out.get();
-      codec::Status st = codec::encode(in.get(), n, out.get(), out_cap, &encoded, opt);
-      if (st != codec::Status::kOk) {
-        files.error(files.in_name(),
-                    "encoding frame " + std::to_string(frames) + " failed: " + codec::status_string(st));
-        return kExitFailure;
-      }
+      ok = s.out.reserve(codec::max_encoded_size(chunk)) &&
+           (st = codec::encode(s.in.data(), s.in_len, s.out.data(), s.out.capacity(), &s.result_len, opt)) ==
+               codec::Status::kOk;
+      if (st != codec::Status::kOk) err = codec::status_string(st);
+      s.result = s.out.data();
     }
-    if (!files.write(frame, encoded)) return kExitFailure;
-    total_in += n;
-    total_out += encoded;
-    ++frames;
-    if (n < in_cap) break;  // fread comes back short only at the end of the input
+    if (!ok)
+      *why = in.display_name() + ": encoding frame " + std::to_string(s.index) + (o.gpu ? " on the GPU" : "") +
+             " failed: " + err;
+    return ok;
+  };
+  uint64_t total_in = 0, total_out = 0, frames = 0;
+  Pipeline pipeline;
+  in.stop_when_readable(pipeline.failure_fd());
+  std::string why;
+  if (!pipeline.run(read, code, write_stage(&out, &total_in, &total_out, &frames), &why)) {
+    std::fprintf(stderr, "zipccl compress: %s\n", why.c_str());
+    return kExitFailure;
   }
-  if (!files.finish()) return kExitFailure;
+  if (int rc = finish("compress", o, &out); rc != kExitOk) return rc;
   report(o, total_in, total_out, frames, true);
   return kExitOk;
 }
@@ -323,86 +374,59 @@ int cmd_decompress(int argc, char** argv) {
   if (int rc = parse_args("decompress", false, argc, argv, &o); rc >= 0) return rc;
   GpuCodec gpu;
   if (int rc = open_gpu("decompress", o, &gpu); rc >= 0) return rc;
-  Files files("decompress");
-  if (!files.open(o.in, o.out)) return kExitFailure;
+  InputFile in;
+  OutputFile out;
+  if (!open_ends("decompress", false, o, &in, &out)) return kExitFailure;
 
-  std::vector<uint8_t> buf;  // the current frame (and possibly the start of the next)
-  size_t have = 0;
-  bool eof = false;
-  // Reads until `have` reaches target or the input ends, growing buf at most 64 MiB at a time so a
-  // corrupt length field cannot make us allocate what the input does not hold.
-  auto fill_to = [&](size_t target) {
-    while (have < target && !eof) {
-      const size_t step = std::min(target - have, kFrameInput);
-      if (buf.size() < have + step) buf.resize(have + step);
-      size_t got = 0;
-      if (!files.read(buf.data() + have, step, &got)) return false;
-      have += got;
-      if (got < step) eof = true;
-    }
-    return true;
-  };
-
-  std::unique_ptr<uint8_t[]> out;
-  size_t out_cap = 0;
+  FrameReader reader(&in);
   codec::DecodeOptions dopt;
   dopt.threads = o.threads;
   dopt.isa = o.isa;
-  uint64_t offset = 0, total_out = 0, frames = 0;
-  auto frame_error = [&](const std::string& why) {
-    files.error(files.in_name(),
-                "frame " + std::to_string(frames) + " at byte " + std::to_string(offset) + ": " + why);
-    return kExitFailure;
-  };
-
-  for (;;) {
-    if (!fill_to(kProbeBytes)) return kExitFailure;
-    if (have == 0) {
-      if (frames == 0) {
-        files.error(files.in_name(), "empty input is not a zipccl stream");
-        return kExitFailure;
-      }
-      break;
-    }
+  auto read = [&](Slot& s, std::string* why) {
     codec::FrameInfo info{};
-    codec::Status st;
-    for (;;) {
-      st = codec::read_frame_info(buf.data(), have, &info);
-      if (st != codec::Status::kTruncated || eof) break;
-      if (!fill_to(have * 2)) return kExitFailure;
+    if (!reader.next(&s.in, &info, why)) {
+      *why = in.display_name() + ": " + *why;
+      return false;
     }
-    if (st == codec::Status::kTruncated) return frame_error("the input ends inside the frame (truncated)");
-    if (st != codec::Status::kOk) return frame_error(codec::status_string(st));
-    if (info.frame_size == 0) return frame_error("frame header gives a zero length");
-    if (!fill_to(info.frame_size)) return kExitFailure;
-    if (have < info.frame_size) return frame_error("the input ends inside the frame (truncated)");
-
-    if (info.original_size > out_cap || !out) {
-      out_cap = static_cast<size_t>(std::max<uint64_t>(info.original_size, 1));
-      out.reset(new (std::nothrow) uint8_t[out_cap]);
-      if (!out) return frame_error("cannot allocate " + std::to_string(info.original_size) + " bytes");
+    s.offset = reader.offset();
+    s.in_len = static_cast<size_t>(info.frame_size);
+    s.expected = static_cast<size_t>(info.original_size);
+    s.last = s.empty = info.frame_size == 0;
+    return true;
+  };
+  auto code = [&](Slot& s, std::string* why) {
+    if (s.empty) return true;
+    std::string err = "cannot allocate " + std::to_string(s.expected) + " bytes for its output";
+    bool ok = s.out.reserve(s.expected);
+    if (ok && o.gpu) {
+      ok = gpu.decode(s.in.data(), s.in_len, s.out.data(), s.out.capacity(), &s.result_len, &err);
+      if (!ok) err = "GPU decode: " + err;
+    } else if (ok) {
+      const codec::Status st =
+          codec::decode(s.in.data(), s.in_len, s.out.data(), s.out.capacity(), &s.result_len, dopt);
+      ok = st == codec::Status::kOk;
+      err = codec::status_string(st);
     }
-    size_t decoded = 0;
-    if (o.gpu) {
-      std::string err;
-      if (!gpu.decode(buf.data(), static_cast<size_t>(info.frame_size), out.get(), out_cap, &decoded, &err))
-        return frame_error("GPU decode: " + err);
-    } else {
-      st = codec::decode(buf.data(), info.frame_size, out.get(), out_cap, &decoded, dopt);
-      if (st != codec::Status::kOk) return frame_error(codec::status_string(st));
+    if (ok && s.result_len != s.expected) {
+      ok = false;
+      err = "decoded size disagrees with the header";
     }
-    if (decoded != info.original_size) return frame_error("decoded size disagrees with the header");
-    if (!files.write(out.get(), decoded)) return kExitFailure;
-
-    const size_t frame_size = static_cast<size_t>(info.frame_size);
-    std::memmove(buf.data(), buf.data() + frame_size, have - frame_size);
-    have -= frame_size;
-    offset += frame_size;
-    total_out += decoded;
-    ++frames;
+    s.result = s.out.data();
+    if (!ok)
+      *why = in.display_name() + ": frame " + std::to_string(s.index) + " at byte " + std::to_string(s.offset) +
+             ": " + err;
+    return ok;
+  };
+  uint64_t total_in = 0, total_out = 0, frames = 0;
+  Pipeline pipeline;
+  in.stop_when_readable(pipeline.failure_fd());
+  std::string why;
+  if (!pipeline.run(read, code, write_stage(&out, &total_in, &total_out, &frames), &why)) {
+    std::fprintf(stderr, "zipccl decompress: %s\n", why.c_str());
+    return kExitFailure;
   }
-  if (!files.finish()) return kExitFailure;
-  report(o, offset, total_out, frames, false);
+  if (int rc = finish("decompress", o, &out); rc != kExitOk) return rc;
+  report(o, total_in, total_out, frames, false);
   return kExitOk;
 }
 

@@ -26,14 +26,10 @@
 #include <vector>
 
 #include "commands.h"
-#include "nccl/net_v10.h"
-#include "nccl/net_v11.h"
-#include "nccl/net_v7.h"
-#include "nccl/net_v8.h"
-#include "nccl/net_v9.h"
 #include "src/net.h"
 #include "src/settings.h"
 #include "src/version.h"
+#include "zipccl/net_client.h"
 
 namespace zipccl {
 namespace tools {
@@ -42,8 +38,8 @@ namespace {
 constexpr char kReadmeBegin[] =
     "<!-- zipccl-settings:begin (generated: zipccl doctor --update-readme README.md) -->";
 constexpr char kReadmeEnd[] = "<!-- zipccl-settings:end -->";
-constexpr int kOldestAbi = 7;
-constexpr int kNewestAbi = 11;
+constexpr int kOldestAbi = net_client::kOldestVersion;
+constexpr int kNewestAbi = net_client::kNewestVersion;
 
 struct Options {
   std::string plugin;        // NAME or PATH; empty: NCCL_NET_PLUGIN, else "zipccl"
@@ -145,6 +141,7 @@ bool parse_version(const std::string& s, NcclVersion* v) {
 int native_abi(const NcclVersion& v) {
   if (v.major > 2) return kNewestAbi;
   if (v.major < 2 || v.minor < 17) return 6;  // older than any table zipccl exports
+  if (v.minor >= 30) return 12;
   if (v.minor >= 28) return 11;
   if (v.minor >= 24) return 10;
   if (v.minor >= 22) return 9;
@@ -179,100 +176,41 @@ struct Device {
   int speed = 0, ptr_support = 0, max_comms = 0, max_recvs = 0;
 };
 
-template <typename Props>
-void read_props(const Props& p, Device* d) {
-  d->name = p.name ? p.name : "";
-  d->pci_path = p.pciPath ? p.pciPath : "";
-  d->speed = p.speed;
-  d->ptr_support = p.ptrSupport;
-  d->max_comms = p.maxComms;
-  d->max_recvs = p.maxRecvs;
-}
-
-// init, devices and getProperties through one table; the v11 context is finalised again.
-template <typename Net, typename Props>
-ncclResult_t probe_devices(const Net* net, std::vector<Device>* out, std::string* failed) {
-  int n = 0;
-  ncclResult_t r = net->devices(&n);
+// init, devices and getProperties through the client (the table's own signatures underneath), then
+// finalize: the probe leaves no context behind.
+ncclResult_t probe(net_client::Net& net, std::vector<Device>* out, std::string* failed) {
+  void* ctx = nullptr;
+  net_client::CommConfig config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  ncclResult_t r = net.init(&ctx, 0, &config, capture_log, nullptr);
   if (r != ncclSuccess) {
-    *failed = "devices()";
+    *failed = "init()";
     return r;
   }
-  for (int i = 0; i < n; ++i) {
-    Props p{};
-    r = net->getProperties(i, &p);
+  int n = 0;
+  r = net.devices(&n);
+  if (r != ncclSuccess) *failed = "devices()";
+  for (int i = 0; r == ncclSuccess && i < n; ++i) {
+    net_client::Properties p{};
+    r = net.get_properties(i, &p);
     if (r != ncclSuccess) {
       *failed = "getProperties(" + std::to_string(i) + ")";
-      return r;
+      break;
     }
     Device d;
-    read_props(p, &d);
+    d.name = p.name ? p.name : "";
+    d.pci_path = p.pciPath ? p.pciPath : "";
+    d.speed = p.speed;
+    d.ptr_support = p.ptrSupport;
+    d.max_comms = p.maxComms;
+    d.max_recvs = p.maxRecvs;
     out->push_back(d);
   }
-  return ncclSuccess;
-}
-
-template <typename Net, typename Props>
-ncclResult_t probe_legacy(const void* table, std::vector<Device>* out, std::string* failed) {
-  const Net* net = static_cast<const Net*>(table);
-  ncclResult_t r = net->init(capture_log);
-  if (r != ncclSuccess) {
-    *failed = "init()";
-    return r;
-  }
-  return probe_devices<Net, Props>(net, out, failed);
-}
-
-template <typename Net, typename Props>
-ncclResult_t probe_v10(const void* table, std::vector<Device>* out, std::string* failed) {
-  const Net* net = static_cast<const Net*>(table);
-  ncclResult_t r = net->init(capture_log, nullptr);
-  if (r != ncclSuccess) {
-    *failed = "init()";
-    return r;
-  }
-  return probe_devices<Net, Props>(net, out, failed);
-}
-
-ncclResult_t probe_v11(const void* table, std::vector<Device>* out, std::string* failed) {
-  const auto* net = static_cast<const ncclNet_v11_t*>(table);
-  void* ctx = nullptr;
-  ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-  ncclResult_t r = net->init(&ctx, 0, &config, capture_log, nullptr);
-  if (r != ncclSuccess) {
-    *failed = "init()";
-    return r;
-  }
-  r = probe_devices<ncclNet_v11_t, ncclNetProperties_v11_t>(net, out, failed);
-  if (net->finalize) {
-    ncclResult_t f = net->finalize(ctx);
-    if (r == ncclSuccess && f != ncclSuccess) {
-      *failed = "finalize()";
-      r = f;
-    }
+  ncclResult_t f = net.finalize(ctx);
+  if (r == ncclSuccess && f != ncclSuccess) {
+    *failed = "finalize()";
+    r = f;
   }
   return r;
-}
-
-// `name` is the first member of every version's table.
-const char* table_name(const void* table) {
-  const char* const* name = static_cast<const char* const*>(table);
-  return *name ? *name : "(null)";
-}
-
-ncclResult_t probe(int abi, const void* table, std::vector<Device>* out, std::string* failed) {
-  switch (abi) {
-    case 7:
-      return probe_legacy<ncclNet_v7_t, ncclNetProperties_v7_t>(table, out, failed);
-    case 8:
-      return probe_legacy<ncclNet_v8_t, ncclNetProperties_v8_t>(table, out, failed);
-    case 9:
-      return probe_legacy<ncclNet_v9_t, ncclNetProperties_v9_t>(table, out, failed);
-    case 10:
-      return probe_v10<ncclNet_v10_t, ncclNetProperties_v10_t>(table, out, failed);
-    default:
-      return probe_v11(table, out, failed);
-  }
 }
 
 const char* result_name(ncclResult_t r) {
@@ -399,22 +337,13 @@ struct Check {
   std::vector<std::string> notes;
 };
 
-// Loads the plugin as NCCL does: a name becomes libnccl-net-NAME.so (then the name itself is tried);
-// a path is opened as it is.
-void* load_plugin(const std::string& plugin, std::string* tried, std::string* error) {
-  std::vector<std::string> names;
-  bool is_path = plugin.find('/') != std::string::npos;
-  if (!is_path) names.push_back("libnccl-net-" + plugin + ".so");
-  names.push_back(plugin);
-  for (const std::string& n : names) {
-    if (!tried->empty()) *tried += ", ";
-    *tried += n;
-    void* lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib) return lib;
-    const char* e = dlerror();
-    if (error->empty() && e) *error = e;
-  }
-  return nullptr;
+// Loads the plugin as NCCL does (net_load.h: the name as given, then libnccl-net-NAME.so; a path or a
+// lib*.so file name as it is).
+void* load_plugin(const std::string& plugin, std::string* error) {
+  char why[ZIPCCL_NET_ERROR_MAX];
+  void* lib = zipccl_net_dlopen(plugin.c_str(), nullptr, 0, why, sizeof why);
+  if (!lib) *error = why;
+  return lib;
 }
 
 int run_check(const Options& opt) {
@@ -438,7 +367,7 @@ int run_check(const Options& opt) {
       std::printf("NCCL        %d.%d.%d (%s)\n", ver.major, ver.minor, ver.patch, nccl_where.c_str());
     } else {
       std::printf(
-          "NCCL        libnccl.so.2 is not on the loader path; assuming 2.28+ (if the job's framework "
+          "NCCL        libnccl.so.2 is not on the loader path; assuming 2.30+ (if the job's framework "
           "bundles NCCL, pass --nccl-version)\n");
     }
   }
@@ -460,12 +389,12 @@ int run_check(const Options& opt) {
   }
 
   // The plugin and its tables.
-  std::string tried, error;
-  void* lib = load_plugin(plugin, &tried, &error);
+  std::string error;
+  void* lib = load_plugin(plugin, &error);
   int abi = 0;
   const void* table = nullptr;
   if (!lib) {
-    c.failures.push_back("cannot load the plugin (tried " + tried + "): " + error +
+    c.failures.push_back("cannot load the plugin " + plugin + ": " + error +
                          "; install it into the library path (cmake --install, or the .deb) or set "
                          "LD_LIBRARY_PATH");
   } else {
@@ -474,21 +403,14 @@ int run_check(const Options& opt) {
     if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) where = lm->l_name;
     std::printf("plugin      %s\n", where.c_str());
     std::string exported;
-    for (int v = kNewestAbi; v >= kOldestAbi; --v) {
-      std::string sym = "ncclNetPlugin_v" + std::to_string(v);
-      const void* t = dlsym(lib, sym.c_str());
-      if (!t) continue;
+    for (int v : net_client::exported_versions(lib))
       exported += (exported.empty() ? "v" : " v") + std::to_string(v);
-      if (!table && v <= native) {
-        table = t;
-        abi = v;
-      }
-    }
+    table = zipccl_net_table(lib, native, &abi);
     std::printf("tables      %s\n", exported.empty() ? "none" : exported.c_str());
     if (exported.empty()) {
-      c.failures.push_back(where +
-                           " exports no ncclNetPlugin_v7..v11 table: it is not an NCCL net plugin "
-                           "that NCCL 2.17+ can use");
+      c.failures.push_back(where + " exports no ncclNetPlugin_v" + std::to_string(kOldestAbi) + "..v" +
+                           std::to_string(kNewestAbi) +
+                           " table: it is not an NCCL net plugin that NCCL 2.17+ can use");
     } else if (!table) {
       c.failures.push_back("NCCL " + std::to_string(ver.major) + "." + std::to_string(ver.minor) +
                            " uses plugin ABI v" + std::to_string(native) + " or older; the plugin exports " +
@@ -496,20 +418,21 @@ int run_check(const Options& opt) {
     } else {
       std::printf(
           "ABI         ncclNetPlugin_v%d (NCCL %s looks for v%d first, then older tables); name '%s'\n", abi,
-          ver.known ? (std::to_string(ver.major) + "." + std::to_string(ver.minor)).c_str() : "2.28+", native,
-          table_name(table));
+          ver.known ? (std::to_string(ver.major) + "." + std::to_string(ver.minor)).c_str() : "2.30+", native,
+          zipccl_net_table_name(table));
     }
   }
 
   // The CPU codec's kernel set, chosen as the plugin chooses it (ZIPCCL_CODEC_ISA, then cpuid).
   const codec::Isa want = net::settings().codec_isa;
   const std::string cpu = codec::cpu_features();
-  std::printf("codec       CPU kernels %s (ZIPCCL_CODEC_ISA=%s; cpu: %s)\n", codec::isa_name(net::codec_isa()),
-              codec::isa_name(want), cpu.empty() ? "none of the SIMD features" : cpu.c_str());
+  std::printf("codec       CPU kernels %s (ZIPCCL_CODEC_ISA=%s; cpu: %s)\n",
+              codec::isa_name(net::codec_isa()), codec::isa_name(want),
+              cpu.empty() ? "none of the SIMD features" : cpu.c_str());
   if (!codec::isa_supported(want))
-    c.notes.push_back(std::string("ZIPCCL_CODEC_ISA=") + codec::isa_name(want) + ": this CPU or build lacks it (" +
-                      codec::isa_missing(want) + "); the plugin warns and uses " +
-                      codec::isa_name(net::codec_isa()));
+    c.notes.push_back(std::string("ZIPCCL_CODEC_ISA=") + codec::isa_name(want) +
+                      ": this CPU or build lacks it (" + codec::isa_missing(want) +
+                      "); the plugin warns and uses " + codec::isa_name(net::codec_isa()));
 
   // Settings, as the plugin reads them.
   std::printf("\nsettings\n");
@@ -532,7 +455,7 @@ int run_check(const Options& opt) {
   if (table) {
     const size_t first = log_size();
     std::string failed;
-    ncclResult_t r = probe(abi, table, &devices, &failed);
+    ncclResult_t r = probe(*net_client::wrap(lib, table, abi), &devices, &failed);
     std::vector<std::string> warns = warnings_since(first);
     std::printf("\ndevices (%s init/devices/getProperties)\n", ("v" + std::to_string(abi)).c_str());
     for (size_t i = 0; i < devices.size(); ++i) {
@@ -584,8 +507,9 @@ int run_check(const Options& opt) {
   std::printf(
       "verdict: OK: NCCL %s would load %s through ncclNetPlugin_v%d with %zu device(s) (%s), compression "
       "%s%s\n",
-      ver.known ? (std::to_string(ver.major) + "." + std::to_string(ver.minor)).c_str() : "2.28+",
-      table_name(table), abi, devices.size(), devs.c_str(), net::compress_mode_name(net::settings().compress),
+      ver.known ? (std::to_string(ver.major) + "." + std::to_string(ver.minor)).c_str() : "2.30+",
+      zipccl_net_table_name(table), abi, devices.size(), devs.c_str(),
+      net::compress_mode_name(net::settings().compress),
       configured.empty() ? ", once NCCL_NET_PLUGIN=zipccl is set (see the note)" : "");
   return 0;
 }

@@ -19,7 +19,8 @@ void usage(FILE* f) {
   std::fprintf(
       f,
       "usage: zipccl inspect FILE [-t bf16|fp16|fp32] [--svg OUT] [--threads N]\n\n"
-      "FILE is a .safetensors or .npy file, or raw little-endian elements (give their type with -t;\n"
+      "FILE is a stream written by `zipccl compress` (its frames are listed and checked), or\n"
+      "a .safetensors or .npy file, or raw little-endian elements (give their type with -t;\n"
       "without it the type is detected from the bytes and marked '?'). For every tensor: element\n"
       "type, exponent histogram, order-0 entropy of the codec's byte planes, the size that entropy\n"
       "predicts, the size of zipccl's frames (each decoded again and compared), and the ratios;\n"
@@ -71,8 +72,17 @@ int cmd_inspect(int argc, char** argv) {
     return 2;
   }
 
-  InspectReport report;
   std::string error;
+  if (is_frame_stream(file)) {
+    if (!svg_out.empty()) {
+      std::fprintf(stderr, "zipccl inspect: %s is a stream of zipccl frames; --svg draws tensors\n", file.c_str());
+      return 2;
+    }
+    if (inspect_stream(file, threads, stdout, &error)) return 0;
+    std::fprintf(stderr, "zipccl inspect: %s\n", error.c_str());
+    return 1;
+  }
+  InspectReport report;
   if (!inspect_file(file, type, threads, &report, &error)) {
     std::fprintf(stderr, "zipccl inspect: %s\n", error.c_str());
     return 1;

@@ -1,12 +1,12 @@
-// zipccl perf: two processes drive libnccl-net-zipccl.so exactly as NCCL's proxy does (dlopen,
-// ncclNetPlugin_v11, listen/connect/accept loops, regMr, several requests in flight, test polling)
+// zipccl perf: two processes drive libnccl-net-zipccl.so exactly as NCCL's proxy does (loaded through
+// the net client with its newest table, listen/connect/accept loops, regMr, several requests in
+// flight, test polling)
 // and report goodput raw vs compressed, the wire ratio and CPU use, beside a plain TCP stream between
 // the same two processes. Every received message is checked bit for bit.
 //
 // Each run forks a fresh receiver and sender (the plugin reads its settings once per process), over
 // loopback by default or across two network namespaces (--netns, see tools/veth_perf.sh).
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,9 +33,9 @@
 #include <thread>
 #include <vector>
 
-#include "../plugin/nccl/net_v11.h"
 #include "commands.h"
 #include "exit_status.h"
+#include "zipccl/net_client.h"
 
 namespace zipccl {
 namespace tools {
@@ -74,6 +74,7 @@ struct Result {
   double tcp_cpu_seconds;
   uint64_t tcp_mismatches;
   uint64_t stat_bytes_in, stat_bytes_wire, stat_compressed, stat_messages;
+  int abi;  // the ncclNet table version used
   char error[240];
 };
 
@@ -91,7 +92,8 @@ void usage(FILE* f) {
       "  --seconds S         length of each run (default 2)\n"
       "  --data LIST         comma list: bf16 (built-in gradient-like), random, or a raw bf16 file\n"
       "  --modes LIST        comma list of never,always,auto (default all)\n"
-      "  --plugin PATH       the .so (default: next to this program's build tree, then the loader path)\n"
+      "  --plugin NAME|PATH  the plugin, as NCCL_NET_PLUGIN names it (zipccl: libnccl-net-zipccl.so)\n"
+      "                      or a path (default: next to this program's build tree, then the loader path)\n"
       "  --addr IP           receiver address for the TCP baseline (default 127.0.0.1)\n"
       "  --ifname SPEC       NCCL_SOCKET_IFNAME for both sides (default lo, or the environment's)\n"
       "  --netns RECV,SEND   run receiver and sender in these network namespaces (root)\n"
@@ -377,191 +379,233 @@ void read_stats(const std::string& path, Result* r) {
   }
 }
 
-int run_child(Child& c) {
-  Result r{};
+// This child is the "job": it enters its namespace and configures the plugin through its own
+// environment, before loading it. Empty, or what went wrong.
+std::string prepare_child(const Child& c) {
   const Options& o = *c.opt;
   const std::string& ns = c.sender ? o.send_ns : o.recv_ns;
   if (!ns.empty()) {
     std::string p = "/var/run/netns/" + ns;
     int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
-      return fail(c, &r, "cannot enter netns %s (root needed)", ns.c_str());
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) return "cannot enter netns " + ns + " (root needed)";
     close(fd);
   }
-  // This child is the "job": it configures the plugin through its own environment, before loading it.
   setenv("ZIPCCL_COMPRESS", c.mode.c_str(), 1);
   if (!o.ifname.empty())
     setenv("NCCL_SOCKET_IFNAME", o.ifname.c_str(), 1);
   else
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
   if (c.sender) setenv("ZIPCCL_STATS_FILE", c.stats_path.c_str(), 1);
-  if (c.baseline && !c.tcp_last && !tcp_baseline(c, &r))
-    return fail(c, &r, "plain TCP baseline failed: %s", std::strerror(errno));
+  return "";
+}
 
-  std::string path = find_plugin(o.plugin);
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return fail(c, &r, "dlopen(%s): %s", path.c_str(), dlerror());
-  auto* net = static_cast<const ncclNet_v11_t*>(dlsym(lib, "ncclNetPlugin_v11"));
-  if (!net) return fail(c, &r, "%s does not export ncclNetPlugin_v11", path.c_str());
+// The plugin as NCCL's proxy sees it: its newest table both sides know, initialised for one
+// communicator.
+struct Plugin {
+  std::unique_ptr<net_client::Net> net;
   void* ctx = nullptr;
-  ncclNetCommConfig_v11_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-  if (net->init(&ctx, 1, &cfg, logger, nullptr) != ncclSuccess) return fail(c, &r, "plugin init failed");
-  int ndev = 0;
-  if (net->devices(&ndev) != ncclSuccess || ndev < 1) return fail(c, &r, "plugin found no network device");
+};
 
+std::string open_plugin(const Options& o, Plugin* p, int* abi) {
+  std::string error;
+  p->net = net_client::load(find_plugin(o.plugin), &error);
+  if (!p->net) return error;
+  *abi = p->net->version();
+  net_client::CommConfig cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  if (p->net->init(&p->ctx, 1, &cfg, logger, nullptr) != ncclSuccess) return "plugin init failed";
+  int ndev = 0;
+  if (p->net->devices(&ndev) != ncclSuccess || ndev < 1) return "plugin found no network device";
+  return "";
+}
+
+// The receiver's window: up to `inflight` receives posted, each completed one checked bit for bit
+// against the pool; goodput counts from the third message on. Ends at the sender's 0-byte marker.
+std::string receive_all(Child& c, Plugin& p, void* rc, Result* r) {
+  const Options& o = *c.opt;
+  net_client::Net& net = *p.net;
   const size_t k = c.pool->size() / o.size;
   std::vector<std::vector<uint8_t>> bufs(o.inflight, std::vector<uint8_t>(o.size));
-  std::vector<void*> mh(o.inflight, nullptr);
-  std::vector<void*> req(o.inflight, nullptr);
+  std::vector<void*> mh(o.inflight, nullptr), req(o.inflight, nullptr);
   std::vector<uint64_t> idx(o.inflight, 0);
-  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  ncclNetDeviceHandle_v11_t* dev_handle = nullptr;
-  auto deadline = Clock::now() + std::chrono::seconds(20);
-
-  if (!c.sender) {
-    void* lc = nullptr;
-    void* rc = nullptr;
-    if (net->listen(ctx, 0, handle, &lc) != ncclSuccess) return fail(c, &r, "listen failed");
-    if (!write_full(c.link_fd, handle, sizeof handle)) return fail(c, &r, "handle pipe closed");
-    while (!rc) {
-      if (net->accept(lc, &rc, &dev_handle) != ncclSuccess) return fail(c, &r, "accept failed");
-      if (Clock::now() > deadline) return fail(c, &r, "accept timed out");
-    }
-    for (int i = 0; i < o.inflight; ++i) net->regMr(rc, bufs[i].data(), o.size, NCCL_PTR_HOST, &mh[i]);
-    uint64_t posted = 0, completed = 0;
-    const uint64_t warm = 2;
-    Clock::time_point t0 = Clock::now(), t_last = t0;
-    double cpu0 = cpu_now();
-    bool end = false;
-    while (!end) {
-      // Like NCCL's proxy: yield when a pass made no progress, so codec workers get the core.
-      bool progressed = false;
-      for (int s = 0; s < o.inflight; ++s) {
-        if (!req[s]) {
-          void* d = bufs[s].data();
-          size_t sz = o.size;
-          int tag = 0;
-          if (net->irecv(rc, 1, &d, &sz, &tag, &mh[s], nullptr, &req[s]) != ncclSuccess)
-            return fail(c, &r, "irecv failed");
-          if (req[s]) idx[s] = posted++;
-          continue;
-        }
-        int done = 0, size = 0;
-        if (net->test(req[s], &done, &size) != ncclSuccess) return fail(c, &r, "receive test failed");
-        if (!done) continue;
-        progressed = true;
-        req[s] = nullptr;
-        if (size == 0) {  // the sender's end marker: let it close only now, so no receive sees EOF
-          end = true;
-          char ack = 1;
-          write_full(c.link_fd, &ack, 1);
-          break;
-        }
-        if (static_cast<size_t>(size) != o.size ||
-            std::memcmp(bufs[s].data(), c.pool->data() + (idx[s] % k) * o.size, o.size) != 0) {
-          ++r.mismatches;
-        }
-        ++completed;
-        if (o.lockstep) {  // tell the sender this message is complete here (decoded, checked)
-          char ack = 2;
-          if (!write_full(c.link_fd, &ack, 1)) return fail(c, &r, "lockstep pipe closed");
-        }
-        if (completed == warm) {
-          t0 = Clock::now();
-          cpu0 = cpu_now();
-        } else if (completed > warm) {
-          r.bytes += static_cast<uint64_t>(size);
-          ++r.messages;
-          t_last = Clock::now();
-        }
+  for (int i = 0; i < o.inflight; ++i) net.reg_mr(rc, bufs[i].data(), o.size, NCCL_PTR_HOST, &mh[i]);
+  uint64_t posted = 0, completed = 0;
+  const uint64_t warm = 2;
+  Clock::time_point t0 = Clock::now(), t_last = t0;
+  double cpu0 = cpu_now();
+  bool end = false;
+  while (!end) {
+    // Like NCCL's proxy: yield when a pass made no progress, so codec workers get the core.
+    bool progressed = false;
+    for (int s = 0; s < o.inflight; ++s) {
+      if (!req[s]) {
+        if (net.irecv(rc, bufs[s].data(), o.size, 0, mh[s], &req[s]) != ncclSuccess) return "irecv failed";
+        if (req[s]) idx[s] = posted++;
+        continue;
       }
-      if (!progressed) idle(o);
-    }
-    r.seconds = std::chrono::duration<double>(t_last - t0).count();
-    r.cpu_seconds = cpu_now() - cpu0;
-    for (int i = 0; i < o.inflight; ++i) net->deregMr(rc, mh[i]);
-    net->closeRecv(rc);
-    net->closeListen(lc);
-  } else {
-    if (!read_full(c.link_fd, handle, sizeof handle)) return fail(c, &r, "no handle from the receiver");
-    void* sc = nullptr;
-    while (!sc) {
-      if (net->connect(ctx, 0, handle, &sc, &dev_handle) != ncclSuccess) return fail(c, &r, "connect failed");
-      if (Clock::now() > deadline) return fail(c, &r, "connect timed out");
-    }
-    std::vector<void*> smh(k, nullptr);
-    for (size_t i = 0; i < k; ++i) {
-      net->regMr(sc, const_cast<uint8_t*>(c.pool->data()) + i * o.size, o.size, NCCL_PTR_HOST, &smh[i]);
-    }
-    auto t0 = Clock::now();
-    double cpu0 = cpu_now();
-    uint64_t next = 0;
-    bool stopping = false;
-    // --lockstep: one message end to end at a time (its latency: encode, transmit, receive, decode,
-    // plus the receiver's one-byte acknowledgement over the local socketpair).
-    while (o.lockstep && since(t0) < o.seconds) {
-      uint64_t m = next % k;
-      void* data = const_cast<uint8_t*>(c.pool->data()) + m * o.size;
-      void* rq = nullptr;
-      while (!rq) {
-        if (net->isend(sc, data, o.size, 0, smh[m], nullptr, &rq) != ncclSuccess)
-          return fail(c, &r, "isend failed");
+      int done = 0, size = 0;
+      if (net.test(req[s], &done, &size) != ncclSuccess) return "receive test failed";
+      if (!done) continue;
+      progressed = true;
+      req[s] = nullptr;
+      if (size == 0) {  // the sender's end marker: let it close only now, so no receive sees EOF
+        end = true;
+        char ack = 1;
+        write_full(c.link_fd, &ack, 1);
+        break;
       }
-      for (int done = 0; !done;) {
-        if (net->test(rq, &done, nullptr) != ncclSuccess) return fail(c, &r, "send test failed");
-        if (!done) idle(o);
+      if (static_cast<size_t>(size) != o.size ||
+          std::memcmp(bufs[s].data(), c.pool->data() + (idx[s] % k) * o.size, o.size) != 0) {
+        ++r->mismatches;
       }
-      ++next;
-      char ack;
-      if (!read_full(c.link_fd, &ack, 1)) return fail(c, &r, "lockstep pipe closed");
-    }
-    stopping = o.lockstep;
-    for (;;) {
-      bool busy = false, progressed = false;
-      stopping = stopping || since(t0) >= o.seconds;
-      for (int s = 0; s < o.inflight; ++s) {
-        if (!req[s]) {
-          if (stopping) continue;
-          uint64_t m = next % k;
-          void* data = const_cast<uint8_t*>(c.pool->data()) + m * o.size;
-          if (net->isend(sc, data, o.size, 0, smh[m], nullptr, &req[s]) != ncclSuccess)
-            return fail(c, &r, "isend failed");
-          if (req[s]) ++next;
-          busy = true;
-          continue;
-        }
-        busy = true;
-        int done = 0;
-        if (net->test(req[s], &done, nullptr) != ncclSuccess) return fail(c, &r, "send test failed");
-        if (done) {
-          req[s] = nullptr;
-          progressed = true;
-        }
+      ++completed;
+      if (o.lockstep) {  // tell the sender this message is complete here (decoded, checked)
+        char ack = 2;
+        if (!write_full(c.link_fd, &ack, 1)) return "lockstep pipe closed";
       }
-      if (stopping && !busy) break;
-      if (!progressed) idle(o);
+      if (completed == warm) {
+        t0 = Clock::now();
+        cpu0 = cpu_now();
+      } else if (completed > warm) {
+        r->bytes += static_cast<uint64_t>(size);
+        ++r->messages;
+        t_last = Clock::now();
+      }
     }
-    void* end_req = nullptr;
-    while (!end_req) {
-      // A registered address even for zero bytes: other plugins (aws-ofi-nccl, as ZIPCCL_NET_INNER's
-      // baseline) dereference the memory handle of every send.
-      if (net->isend(sc, const_cast<uint8_t*>(c.pool->data()), 0, 0, smh[0], nullptr, &end_req) != ncclSuccess)
-        return fail(c, &r, "isend failed");
-    }
-    for (int done = 0; !done;) {
-      if (net->test(end_req, &done, nullptr) != ncclSuccess) return fail(c, &r, "send test failed");
-    }
-    r.seconds = since(t0);
-    r.cpu_seconds = cpu_now() - cpu0;
-    r.messages = next;
-    char ack;
-    read_full(c.link_fd, &ack, 1);
-    for (size_t i = 0; i < k; ++i) net->deregMr(sc, smh[i]);
-    net->closeSend(sc);  // writes the comm's statistics line
-    read_stats(c.stats_path, &r);
-    unlink(c.stats_path.c_str());
+    if (!progressed) idle(o);
   }
-  net->finalize(ctx);
+  r->seconds = std::chrono::duration<double>(t_last - t0).count();
+  r->cpu_seconds = cpu_now() - cpu0;
+  for (int i = 0; i < o.inflight; ++i) net.dereg_mr(rc, mh[i]);
+  return "";
+}
+
+std::string run_receiver(Child& c, Plugin& p, Result* r) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  net_client::DeviceHandle* dev_handle = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  void* lc = nullptr;
+  void* rc = nullptr;
+  if (p.net->listen(p.ctx, 0, handle, &lc) != ncclSuccess) return "listen failed";
+  if (!write_full(c.link_fd, handle, sizeof handle)) return "handle pipe closed";
+  while (!rc) {
+    if (p.net->accept(lc, &rc, &dev_handle) != ncclSuccess) return "accept failed";
+    if (Clock::now() > deadline) return "accept timed out";
+  }
+  std::string error = receive_all(c, p, rc, r);
+  if (!error.empty()) return error;
+  p.net->close_recv(rc);
+  p.net->close_listen(lc);
+  return "";
+}
+
+// Sends one message and waits for it end to end: the send's completion, then the receiver's
+// acknowledgement that it decoded and checked it (--lockstep: single-message latency).
+std::string send_lockstep(Child& c, net_client::Net& net, void* sc, void* data, void* mh) {
+  void* rq = nullptr;
+  while (!rq) {
+    if (net.isend(sc, data, c.opt->size, 0, mh, &rq) != ncclSuccess) return "isend failed";
+  }
+  for (int done = 0; !done;) {
+    if (net.test(rq, &done, nullptr) != ncclSuccess) return "send test failed";
+    if (!done) idle(*c.opt);
+  }
+  char ack;
+  if (!read_full(c.link_fd, &ack, 1)) return "lockstep pipe closed";
+  return "";
+}
+
+// Keeps `inflight` sends posted until the run's time is up (at once under --lockstep), then drains.
+std::string send_window(Child& c, net_client::Net& net, void* sc, const std::vector<void*>& smh,
+                        Clock::time_point t0, uint64_t* next) {
+  const Options& o = *c.opt;
+  const size_t k = smh.size();
+  std::vector<void*> req(o.inflight, nullptr);
+  bool stopping = o.lockstep;
+  for (;;) {
+    bool busy = false, progressed = false;
+    stopping = stopping || since(t0) >= o.seconds;
+    for (int s = 0; s < o.inflight; ++s) {
+      if (!req[s]) {
+        if (stopping) continue;
+        uint64_t m = *next % k;
+        void* data = const_cast<uint8_t*>(c.pool->data()) + m * o.size;
+        if (net.isend(sc, data, o.size, 0, smh[m], &req[s]) != ncclSuccess) return "isend failed";
+        if (req[s]) ++*next;
+        busy = true;
+        continue;
+      }
+      busy = true;
+      int done = 0;
+      if (net.test(req[s], &done, nullptr) != ncclSuccess) return "send test failed";
+      if (done) {
+        req[s] = nullptr;
+        progressed = true;
+      }
+    }
+    if (stopping && !busy) return "";
+    if (!progressed) idle(o);
+  }
+}
+
+std::string run_sender(Child& c, Plugin& p, Result* r) {
+  const Options& o = *c.opt;
+  net_client::Net& net = *p.net;
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  net_client::DeviceHandle* dev_handle = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  if (!read_full(c.link_fd, handle, sizeof handle)) return "no handle from the receiver";
+  void* sc = nullptr;
+  while (!sc) {
+    if (net.connect(p.ctx, 0, handle, &sc, &dev_handle) != ncclSuccess) return "connect failed";
+    if (Clock::now() > deadline) return "connect timed out";
+  }
+  const size_t k = c.pool->size() / o.size;
+  std::vector<void*> smh(k, nullptr);
+  for (size_t i = 0; i < k; ++i)
+    net.reg_mr(sc, const_cast<uint8_t*>(c.pool->data()) + i * o.size, o.size, NCCL_PTR_HOST, &smh[i]);
+  auto t0 = Clock::now();
+  double cpu0 = cpu_now();
+  uint64_t next = 0;
+  for (; o.lockstep && since(t0) < o.seconds; ++next) {
+    const uint64_t m = next % k;
+    std::string error = send_lockstep(c, net, sc, const_cast<uint8_t*>(c.pool->data()) + m * o.size, smh[m]);
+    if (!error.empty()) return error;
+  }
+  std::string error = send_window(c, net, sc, smh, t0, &next);
+  if (!error.empty()) return error;
+  void* end_req = nullptr;
+  while (!end_req) {
+    // A registered address even for zero bytes: other plugins (aws-ofi-nccl, as ZIPCCL_NET_INNER's
+    // baseline) dereference the memory handle of every send.
+    if (net.isend(sc, const_cast<uint8_t*>(c.pool->data()), 0, 0, smh[0], &end_req) != ncclSuccess)
+      return "isend failed";
+  }
+  for (int done = 0; !done;) {
+    if (net.test(end_req, &done, nullptr) != ncclSuccess) return "send test failed";
+  }
+  r->seconds = since(t0);
+  r->cpu_seconds = cpu_now() - cpu0;
+  r->messages = next;
+  char ack;
+  read_full(c.link_fd, &ack, 1);
+  for (size_t i = 0; i < k; ++i) net.dereg_mr(sc, smh[i]);
+  net.close_send(sc);  // writes the comm's statistics line
+  read_stats(c.stats_path, r);
+  unlink(c.stats_path.c_str());
+  return "";
+}
+
+int run_child(Child& c) {
+  Result r{};
+  std::string error = prepare_child(c);
+  if (!error.empty()) return fail(c, &r, "%s", error.c_str());
+  if (c.baseline && !c.tcp_last && !tcp_baseline(c, &r))
+    return fail(c, &r, "plain TCP baseline failed: %s", std::strerror(errno));
+  Plugin p;
+  error = open_plugin(*c.opt, &p, &r.abi);
+  if (error.empty()) error = c.sender ? run_sender(c, p, &r) : run_receiver(c, p, &r);
+  if (!error.empty()) return fail(c, &r, "%s", error.c_str());
+  p.net->finalize(p.ctx);
   if (c.baseline && c.tcp_last && !tcp_baseline(c, &r))
     return fail(c, &r, "plain TCP baseline failed: %s", std::strerror(errno));
   r.ok = 1;
@@ -656,10 +700,8 @@ double gbps(uint64_t bytes, double s) {
   return s > 0 ? bytes * 8.0 / s / 1e9 : 0;
 }
 
-}  // namespace
-
-int cmd_perf(int argc, char** argv) {
-  Options o;
+// Parses the command line into *o. -1: go on; otherwise the exit status.
+int parse_options(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&](const char* what) -> const char* {
@@ -669,70 +711,54 @@ int cmd_perf(int argc, char** argv) {
       }
       return argv[++i];
     };
+    auto bad = [](const char* text) {
+      std::fprintf(stderr, "zipccl perf: %s\n", text);
+      return 2;
+    };
     if (a == "--help" || a == "-h") {
       usage(stdout);
       return 0;
     } else if (a == "--size") {
-      if (!parse_size(next("--size"), &o.size) || o.size == 0 || o.size > (1u << 30)) {
-        std::fprintf(stderr, "zipccl perf: --size must be 1B..1GiB\n");
-        return 2;
-      }
+      if (!parse_size(next("--size"), &o->size) || o->size == 0 || o->size > (1u << 30))
+        return bad("--size must be 1B..1GiB");
     } else if (a == "--inflight") {
-      o.inflight = std::atoi(next("--inflight"));
-      if (o.inflight < 1 || o.inflight > 32) {
-        std::fprintf(stderr, "zipccl perf: --inflight must be 1..32\n");
-        return 2;
-      }
+      o->inflight = std::atoi(next("--inflight"));
+      if (o->inflight < 1 || o->inflight > 32) return bad("--inflight must be 1..32");
     } else if (a == "--lockstep") {
-      o.lockstep = true;
+      o->lockstep = true;
     } else if (a == "--seconds") {
-      o.seconds = std::atof(next("--seconds"));
-      if (!(o.seconds > 0 && o.seconds <= 600)) {
-        std::fprintf(stderr, "zipccl perf: --seconds must be in (0, 600]\n");
-        return 2;
-      }
+      o->seconds = std::atof(next("--seconds"));
+      if (!(o->seconds > 0 && o->seconds <= 600)) return bad("--seconds must be in (0, 600]");
     } else if (a == "--data") {
-      o.data = split(next("--data"));
+      o->data = split(next("--data"));
     } else if (a == "--modes") {
-      o.modes = split(next("--modes"));
-      for (auto& m : o.modes) {
-        if (m != "never" && m != "always" && m != "auto") {
-          std::fprintf(stderr, "zipccl perf: unknown mode '%s'\n", m.c_str());
-          return 2;
-        }
+      o->modes = split(next("--modes"));
+      for (auto& m : o->modes) {
+        if (m != "never" && m != "always" && m != "auto") return bad(("unknown mode '" + m + "'").c_str());
       }
     } else if (a == "--plugin") {
-      o.plugin = next("--plugin");
+      o->plugin = next("--plugin");
     } else if (a == "--addr") {
-      o.addr = next("--addr");
+      o->addr = next("--addr");
     } else if (a == "--ifname") {
-      o.ifname = next("--ifname");
+      o->ifname = next("--ifname");
     } else if (a == "--netns") {
       auto v = split(next("--netns"));
-      if (v.size() != 2) {
-        std::fprintf(stderr, "zipccl perf: --netns takes RECV_NS,SEND_NS\n");
-        return 2;
-      }
-      o.recv_ns = v[0];
-      o.send_ns = v[1];
+      if (v.size() != 2) return bad("--netns takes RECV_NS,SEND_NS");
+      o->recv_ns = v[0];
+      o->send_ns = v[1];
     } else if (a == "--repeat") {
-      o.repeat = std::atoi(next("--repeat"));
-      if (o.repeat < 1 || o.repeat > 50) {
-        std::fprintf(stderr, "zipccl perf: --repeat must be 1..50\n");
-        return 2;
-      }
+      o->repeat = std::atoi(next("--repeat"));
+      if (o->repeat < 1 || o->repeat > 50) return bad("--repeat must be 1..50");
     } else if (a == "--idle-sleep-us") {
-      o.idle_sleep_us = std::atoi(next("--idle-sleep-us"));
-      if (o.idle_sleep_us < 0 || o.idle_sleep_us > 100000) {
-        std::fprintf(stderr, "zipccl perf: --idle-sleep-us must be 0..100000\n");
-        return 2;
-      }
+      o->idle_sleep_us = std::atoi(next("--idle-sleep-us"));
+      if (o->idle_sleep_us < 0 || o->idle_sleep_us > 100000) return bad("--idle-sleep-us must be 0..100000");
     } else if (a == "--no-baseline") {
-      o.baseline = false;
+      o->baseline = false;
     } else if (a == "--json") {
-      o.json = next("--json");
+      o->json = next("--json");
     } else if (a == "--verbose") {
-      o.verbose = g_verbose = true;
+      o->verbose = g_verbose = true;
     } else {
       std::fprintf(stderr, "zipccl perf: unknown option '%s'\n\n", a.c_str());
       usage(stderr);
@@ -740,127 +766,154 @@ int cmd_perf(int argc, char** argv) {
     }
   }
   in_addr probe;
-  if (inet_pton(AF_INET, o.addr.c_str(), &probe) != 1) {
+  if (inet_pton(AF_INET, o->addr.c_str(), &probe) != 1) {
     std::fprintf(stderr, "zipccl perf: --addr must be an IPv4 address\n");
     return 2;
   }
+  return -1;
+}
+
+template <typename Key>
+RunOutcome median_of(std::vector<RunOutcome> v, Key key) {
+  std::sort(v.begin(), v.end(), [&](const RunOutcome& a, const RunOutcome& b) { return key(a) < key(b); });
+  return v[v.size() / 2];
+}
+double goodput(const RunOutcome& r) {
+  return gbps(r.recv.bytes, r.recv.seconds);
+}
+double tcp_goodput(const RunOutcome& r) {
+  return gbps(r.recv.tcp_bytes, r.recv.tcp_seconds);
+}
+
+// The plain TCP row: the median over the pairs of every mode. False when a TCP byte differed.
+bool print_tcp_row(const Options& o, const std::string& d, const std::vector<std::vector<RunOutcome>>& runs,
+                   double raw_gbps, FILE* json) {
+  std::vector<RunOutcome> all;
+  for (const auto& v : runs) all.insert(all.end(), v.begin(), v.end());
+  RunOutcome b = median_of(all, tcp_goodput);
+  double t = tcp_goodput(b);
+  bool tcp_exact = true;
+  for (const RunOutcome& r : all) tcp_exact &= r.recv.tcp_mismatches == 0;
+  char vs[16] = "";
+  if (raw_gbps > 0) std::snprintf(vs, sizeof vs, "%.2fx", t / raw_gbps);
+  std::printf("  %-24s %9.2f Gb/s %8s %10s %11s %8.0f%% %8.0f%% %10s\n", "plain TCP stream", t, vs, "-", "-",
+              100 * b.send.tcp_cpu_seconds / b.send.tcp_seconds,
+              100 * b.recv.tcp_cpu_seconds / std::max(b.recv.tcp_seconds, 1e-9), tcp_exact ? "yes" : "NO");
+  if (json) {
+    std::string each;  // in the order of the modes, then rounds
+    for (const RunOutcome& r : all) each += (each.empty() ? "" : ",") + std::to_string(tcp_goodput(r));
+    std::fprintf(json,
+                 "{\"data\":\"%s\",\"run\":\"tcp\",\"gbps\":%.4f,\"all_gbps\":[%s],\"size\":%zu,"
+                 "\"runs\":%zu}\n",
+                 data_label(d).c_str(), t, each.c_str(), o.size, all.size());
+  }
+  return tcp_exact;
+}
+
+// One mode's row (median goodput). False when a byte differed or nothing arrived.
+bool print_mode_row(const Options& o, const std::string& d, const std::string& mode,
+                    const std::vector<RunOutcome>& runs, double raw_gbps, FILE* json) {
+  RunOutcome out = median_of(runs, goodput);
+  double g = goodput(out);
+  double ratio =
+      out.send.stat_bytes_wire ? static_cast<double>(out.send.stat_bytes_in) / out.send.stat_bytes_wire : 1;
+  char vs[16] = "";
+  if (raw_gbps > 0) std::snprintf(vs, sizeof vs, "%.2fx", g / raw_gbps);
+  char comp[32];
+  std::snprintf(comp, sizeof comp, "%llu/%llu", (unsigned long long)out.send.stat_compressed,
+                (unsigned long long)out.send.stat_messages);
+  bool exact = true;
+  for (const RunOutcome& r : runs) exact &= r.recv.mismatches == 0 && r.recv.messages > 0;
+  std::printf("  %-24s %9.2f Gb/s %8s %10.3f %11s %8.0f%% %8.0f%% %10s\n",
+              ("ZIPCCL_COMPRESS=" + mode).c_str(), g, vs, ratio, comp,
+              100 * out.send.cpu_seconds / out.send.seconds,
+              100 * out.recv.cpu_seconds / std::max(out.recv.seconds, 1e-9), exact ? "yes" : "NO");
+  if (json) {
+    std::string all;
+    for (const RunOutcome& r : runs) all += (all.empty() ? "" : ",") + std::to_string(goodput(r));
+    std::fprintf(json,
+                 "{\"data\":\"%s\",\"run\":\"%s\",\"gbps\":%.4f,\"all_gbps\":[%s],\"ratio\":%.4f,"
+                 "\"compressed\":%llu,"
+                 "\"messages\":%llu,\"send_cpu\":%.3f,\"recv_cpu\":%.3f,\"exact\":%s,\"size\":%zu}\n",
+                 data_label(d).c_str(), mode.c_str(), g, all.c_str(), ratio,
+                 (unsigned long long)out.send.stat_compressed, (unsigned long long)out.send.stat_messages,
+                 out.send.cpu_seconds / out.send.seconds,
+                 out.recv.cpu_seconds / std::max(out.recv.seconds, 1e-9), exact ? "true" : "false", o.size);
+  }
+  return exact;
+}
+
+// Every mode over one data set, o.repeat rounds, then its table. The exit status so far; *abi gets the
+// ncclNet table version the children used.
+int run_data(const Options& o, const std::string& d, FILE* json, int* abi) {
+  std::string err;
+  std::vector<uint8_t> pool = make_pool(d, o.size, &err);
+  if (pool.empty()) {
+    std::fprintf(stderr, "zipccl perf: %s\n", err.c_str());
+    return 2;
+  }
+  std::printf("\ndata: %s%s\n", data_label(d).c_str(),
+              o.repeat > 1 ? (" (median of " + std::to_string(o.repeat) + " interleaved runs)").c_str() : "");
+  std::printf("  %-24s %14s %8s %10s %11s %9s %9s %10s\n", "run", "goodput", "vs raw", "wire ratio",
+              "compressed", "send CPU", "recv CPU", "bit-exact");
+  // Rounds interleave the modes so slow drifts in machine load hit every mode alike. Every pair of
+  // processes streams plain TCP too, before its plugin run in even rounds and after it in odd ones:
+  // a run measured in processes that already moved data for seconds went ~20-30% faster on this
+  // machine than one in fresh processes, so every run gets the same history, and TCP both places.
+  std::vector<std::vector<RunOutcome>> runs(o.modes.size());
+  int status = 0;
+  for (int round = 0; round < o.repeat; ++round) {
+    for (size_t m = 0; m < o.modes.size(); ++m) {
+      RunOutcome out = run_pair(o, pool, o.modes[m], o.baseline, round % 2 == 1);
+      if (!out.ok) {
+        const bool both = out.recv.error[0] && out.send.error[0];
+        std::printf("  FAILED %s\n",
+                    (o.modes[m] + ": " + out.recv.error + (both ? " / " : "") + out.send.error).c_str());
+        status = 1;
+        continue;
+      }
+      *abi = out.recv.abi;
+      runs[m].push_back(out);
+    }
+  }
+  double raw_gbps = 0;
+  for (size_t m = 0; m < o.modes.size(); ++m) {
+    if (!runs[m].empty() && o.modes[m] == "never") raw_gbps = goodput(median_of(runs[m], goodput));
+  }
+  for (size_t m = 0; m < o.modes.size(); ++m) {
+    if (runs[m].empty()) continue;
+    if (o.baseline && m == 0 && !print_tcp_row(o, d, runs, raw_gbps, json)) status = 1;
+    if (!print_mode_row(o, d, o.modes[m], runs[m], raw_gbps, json)) status = 1;
+  }
+  return status;
+}
+
+}  // namespace
+
+int cmd_perf(int argc, char** argv) {
+  Options o;
+  const int parsed = parse_options(argc, argv, &o);
+  if (parsed >= 0) return parsed;
   signal(SIGPIPE, SIG_IGN);
   std::string plugin = find_plugin(o.plugin);
   const char* env_if = std::getenv("NCCL_SOCKET_IFNAME");
   std::string ifname = !o.ifname.empty() ? o.ifname : (env_if ? env_if : "lo");
-  std::printf("zipccl perf: 2 processes through %s (ncclNet v11) over %s%s%s\n", plugin.c_str(),
-              ifname.c_str(), o.recv_ns.empty() ? "" : ", netns ",
+  std::printf("zipccl perf: 2 processes through %s over %s%s%s\n", plugin.c_str(), ifname.c_str(),
+              o.recv_ns.empty() ? "" : ", netns ",
               o.recv_ns.empty() ? "" : (o.recv_ns + "/" + o.send_ns).c_str());
   const std::string flight =
       o.lockstep ? "one at a time end to end (--lockstep)" : std::to_string(o.inflight) + " in flight";
   std::printf("  %zu KiB messages, %s, %.1f s per run; goodput = uncompressed bytes delivered per second\n",
               o.size >> 10, flight.c_str(), o.seconds);
-  int status = 0;
+  int status = 0, abi = 0;
   FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "a");
   for (const std::string& d : o.data) {
-    std::string err;
-    std::vector<uint8_t> pool = make_pool(d, o.size, &err);
-    if (pool.empty()) {
-      std::fprintf(stderr, "zipccl perf: %s\n", err.c_str());
-      return 2;
-    }
-    std::printf(
-        "\ndata: %s%s\n", data_label(d).c_str(),
-        o.repeat > 1 ? (" (median of " + std::to_string(o.repeat) + " interleaved runs)").c_str() : "");
-    std::printf("  %-24s %14s %8s %10s %11s %9s %9s %10s\n", "run", "goodput", "vs raw", "wire ratio",
-                "compressed", "send CPU", "recv CPU", "bit-exact");
-    // Rounds interleave the modes so slow drifts in machine load hit every mode alike. Every pair of
-    // processes streams plain TCP too, before its plugin run in even rounds and after it in odd ones:
-    // a run measured in processes that already moved data for seconds went ~20-30% faster on this
-    // machine than one in fresh processes, so every run gets the same history, and TCP both places.
-    std::vector<std::vector<RunOutcome>> runs(o.modes.size());
-    std::vector<std::string> failures;
-    for (int round = 0; round < o.repeat; ++round) {
-      for (size_t m = 0; m < o.modes.size(); ++m) {
-        RunOutcome out = run_pair(o, pool, o.modes[m], o.baseline, round % 2 == 1);
-        if (!out.ok) {
-          const bool both = out.recv.error[0] && out.send.error[0];
-          failures.push_back(o.modes[m] + ": " + out.recv.error + (both ? " / " : "") + out.send.error);
-          continue;
-        }
-        runs[m].push_back(out);
-      }
-    }
-    for (const std::string& f : failures) {
-      std::printf("  FAILED %s\n", f.c_str());
-      status = 1;
-    }
-    auto median_of = [](std::vector<RunOutcome> v, auto key) -> RunOutcome {
-      std::sort(v.begin(), v.end(),
-                [&](const RunOutcome& a, const RunOutcome& b) { return key(a) < key(b); });
-      return v[v.size() / 2];
-    };
-    auto goodput = [](const RunOutcome& r) { return gbps(r.recv.bytes, r.recv.seconds); };
-    auto tcp_goodput = [](const RunOutcome& r) { return gbps(r.recv.tcp_bytes, r.recv.tcp_seconds); };
-    double raw_gbps = 0;
-    for (size_t m = 0; m < o.modes.size(); ++m) {
-      if (runs[m].empty()) continue;
-      if (o.modes[m] == "never") raw_gbps = goodput(median_of(runs[m], goodput));
-    }
-    for (size_t m = 0; m < o.modes.size(); ++m) {
-      if (runs[m].empty()) continue;
-      if (o.baseline && m == 0) {  // over the pairs of every mode
-        std::vector<RunOutcome> all;
-        for (const auto& v : runs) all.insert(all.end(), v.begin(), v.end());
-        RunOutcome b = median_of(all, tcp_goodput);
-        double t = tcp_goodput(b);
-        bool tcp_exact = true;
-        for (const RunOutcome& r : all) tcp_exact &= r.recv.tcp_mismatches == 0;
-        if (!tcp_exact) status = 1;
-        char vs[16] = "";
-        if (raw_gbps > 0) std::snprintf(vs, sizeof vs, "%.2fx", t / raw_gbps);
-        std::printf("  %-24s %9.2f Gb/s %8s %10s %11s %8.0f%% %8.0f%% %10s\n", "plain TCP stream", t, vs, "-",
-                    "-", 100 * b.send.tcp_cpu_seconds / b.send.tcp_seconds,
-                    100 * b.recv.tcp_cpu_seconds / std::max(b.recv.tcp_seconds, 1e-9),
-                    tcp_exact ? "yes" : "NO");
-        if (json) {
-          std::string each;  // in the order of the modes, then rounds
-          for (const RunOutcome& r : all) each += (each.empty() ? "" : ",") + std::to_string(tcp_goodput(r));
-          std::fprintf(json,
-                       "{\"data\":\"%s\",\"run\":\"tcp\",\"gbps\":%.4f,\"all_gbps\":[%s],\"size\":%zu,"
-                       "\"runs\":%zu}\n",
-                       data_label(d).c_str(), t, each.c_str(), o.size, all.size());
-        }
-      }
-      const std::string& mode = o.modes[m];
-      RunOutcome out = median_of(runs[m], goodput);
-      double g = goodput(out);
-      double ratio = out.send.stat_bytes_wire
-                         ? static_cast<double>(out.send.stat_bytes_in) / out.send.stat_bytes_wire
-                         : 1;
-      char vs[16] = "";
-      if (raw_gbps > 0) std::snprintf(vs, sizeof vs, "%.2fx", g / raw_gbps);
-      char comp[32];
-      std::snprintf(comp, sizeof comp, "%llu/%llu", (unsigned long long)out.send.stat_compressed,
-                    (unsigned long long)out.send.stat_messages);
-      bool exact = true;
-      for (const RunOutcome& r : runs[m]) exact &= r.recv.mismatches == 0 && r.recv.messages > 0;
-      if (!exact) status = 1;
-      std::printf("  %-24s %9.2f Gb/s %8s %10.3f %11s %8.0f%% %8.0f%% %10s\n",
-                  ("ZIPCCL_COMPRESS=" + mode).c_str(), g, vs, ratio, comp,
-                  100 * out.send.cpu_seconds / out.send.seconds,
-                  100 * out.recv.cpu_seconds / std::max(out.recv.seconds, 1e-9), exact ? "yes" : "NO");
-      if (json) {
-        std::string all;
-        for (const RunOutcome& r : runs[m]) all += (all.empty() ? "" : ",") + std::to_string(goodput(r));
-        std::fprintf(json,
-                     "{\"data\":\"%s\",\"run\":\"%s\",\"gbps\":%.4f,\"all_gbps\":[%s],\"ratio\":%.4f,"
-                     "\"compressed\":%llu,"
-                     "\"messages\":%llu,\"send_cpu\":%.3f,\"recv_cpu\":%.3f,\"exact\":%s,\"size\":%zu}\n",
-                     data_label(d).c_str(), mode.c_str(), g, all.c_str(), ratio,
-                     (unsigned long long)out.send.stat_compressed, (unsigned long long)out.send.stat_messages,
-                     out.send.cpu_seconds / out.send.seconds,
-                     out.recv.cpu_seconds / std::max(out.recv.seconds, 1e-9), exact ? "true" : "false",
-                     o.size);
-      }
-    }
+    const int s = run_data(o, d, json, &abi);
+    if (s == 2) return 2;
+    status = std::max(status, s);
   }
   if (json) std::fclose(json);
+  if (abi) std::printf("\nABI: ncclNetPlugin_v%d, the plugin's newest table this tool knows.\n", abi);
   std::printf(
       "\nCPU: share of one core used by each process (plugin threads and its busy-polling driver loop\n"
       "included) while it ran.\n");

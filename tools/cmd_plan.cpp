@@ -16,6 +16,7 @@
 #include "zipccl/hetero/groups.h"
 #include "zipccl/hetero/parse.h"
 #include "zipccl/hetero/plan.h"
+#include "zipccl/hetero/rank_plan.h"
 #include "zipccl/hetero/schedule.h"
 #include "zipccl/hetero/traffic.h"
 
@@ -30,9 +31,11 @@ const char kUsage[] =
     "usage: zipccl plan --world N --llm SPEC --encoder SPEC [--encoder SPEC ...]\n"
     "                   (--samples B --tokens T | --tokens-list LIST) --hidden H [--dtype bf16]\n"
     "                   [--assign contiguous|balanced|LIST] [--llm-assign contiguous|balanced|LIST]\n"
+    "                   [--llm-input image-only|thd|bshd --seq-lens LIST (--images LIST | --image-offset N)\n"
+    "                    [--pad-multiple N] [--padded-length N]]\n"
     "                   [--strategy direct|scatter-allgather|automatic|both] [--direction "
     "forward|backward|both]\n"
-    "                   [--json] [--summary] [--transfers] [--max-groups N] [--max-transfers N]\n"
+    "                   [--json] [--summary] [--transfers] [--max-groups N] [--max-transfers N] [--rank R]\n"
     "\n"
     "Prints the rank groups of a multimodal layout and, for each encoder, the traffic of the boundary\n"
     "plan that moves its outputs into the LLM (forward) and their gradients back (backward): bytes each\n"
@@ -54,12 +57,28 @@ const char kUsage[] =
     "                       balanced (by tokens, longest first onto the least loaded replica), or a\n"
     "                       replica per sample, e.g. 0,1,1,0 or 3x4 (COUNTxREPEAT)\n"
     "  --llm-assign A       the same for the LLM's replicas\n"
+    "  --llm-input F        how the LLM keeps its input: image-only (default: the image tokens alone,\n"
+    "                       cut by cp/sp per sample), or the combined text+image sequence, packed (thd:\n"
+    "                       samples concatenated, cu_seqlens) or padded (bshd: [b, s]); cp cuts each\n"
+    "                       padded sequence into 2*cp chunks (zigzag), sp cuts the local sequence over\n"
+    "                       tp; each image row goes to the ranks holding its position\n"
+    "  --seq-lens LIST      combined sequence length (text + image tokens) per sample, token-list form;\n"
+    "                       one value applies to every sample\n"
+    "  --images LIST        each sample's images as OFFSET+TOKENS, comma-separated, samples separated by\n"
+    "                       '/', SPEC*N for N equal samples: 3+576,700+576/10+1024*3; one sample spec\n"
+    "                       applies to every sample; gives the tokens when --tokens* is absent\n"
+    "  --image-offset N     instead of --images: one image per sample, at position N\n"
+    "  --pad-multiple N     pad each sequence to a multiple of N (default: 2*cp if cp > 1, times tp\n"
+    "                       with sp: Megatron-LM's)\n"
+    "  --padded-length N    bshd: every sample padded to N (default: its replica's longest, rounded up)\n"
     "  --strategy S         direct, scatter-allgather, automatic (the one sending less), or both (default)\n"
     "  --direction D        forward, backward, or both (default)\n"
     "  --json               one JSON document for machines instead of text\n"
     "  --summary            omit the per-rank table (and, with --json, the full group lists)\n"
     "  --transfers          also list every transfer\n"
     "  --max-groups N       groups printed per family in text (default 8; 0: all)\n"
+    "  --rank R             also plan rank R alone (per-rank planning, direct strategy): its time, and\n"
+    "                       whether it equals R's share of the world plan\n"
     "  --max-transfers N    stop with an error when one plan needs more transfers (default 4194304)\n"
     "\n"
     "Limits: --world up to 1048576 ranks, up to 1048576 samples; byte counts that would overflow\n"
@@ -88,9 +107,16 @@ struct Options {
   bool summary = false;
   bool transfers = false;
   int max_groups = 8;
+  int rank = -1;
   std::size_t max_transfers = kDefaultMaxTransfers;
   SampleAssignment encoder_assignment;
   SampleAssignment llm_assignment;
+  SequenceFormat llm_input = SequenceFormat::image_only;
+  std::string seq_lens;
+  std::string images;
+  std::int64_t image_offset = -1;
+  std::int64_t pad_multiple = 0;
+  std::int64_t padded_length = 0;
 };
 
 // A number with a limit that says what the limit protects (parse_integer's "outside 1..N" does not).
@@ -102,6 +128,8 @@ std::int64_t parse_limited(const std::string& text, std::int64_t min, std::int64
   }
   return v;
 }
+
+void check_options(const Options& o);
 
 Options parse_options(int argc, char** argv) {
   Options o;
@@ -130,6 +158,11 @@ Options parse_options(int argc, char** argv) {
       if (v.empty()) throw UsageError{arg + " is empty (give a module spec, e.g. tp=4)"};
       return v;
     };
+    auto take_list = [&]() -> std::string {
+      std::string v = take();
+      if (v.empty()) throw UsageError{arg + " is empty"};
+      return v;
+    };
     auto flag = [&] {
       if (inline_value) throw UsageError{arg + " takes no value"};
     };
@@ -149,14 +182,25 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--tokens") {
       o.tokens = parse_integer(take(), 0, INT64_MAX, "--tokens");
     } else if (arg == "--tokens-list") {
-      o.tokens_list = take();
-      if (o.tokens_list.empty()) throw UsageError{"--tokens-list is empty"};
+      o.tokens_list = take_list();
     } else if (arg == "--hidden") {
       o.hidden = parse_integer(take(), 1, INT64_MAX, "--hidden");
     } else if (arg == "--assign") {
       o.encoder_assignment = parse_assignment(take());
     } else if (arg == "--llm-assign") {
       o.llm_assignment = parse_assignment(take());
+    } else if (arg == "--llm-input") {
+      o.llm_input = parse_sequence_format(take());
+    } else if (arg == "--seq-lens") {
+      o.seq_lens = take_list();
+    } else if (arg == "--images") {
+      o.images = take_list();
+    } else if (arg == "--image-offset") {
+      o.image_offset = parse_integer(take(), 0, INT64_MAX, "--image-offset");
+    } else if (arg == "--pad-multiple") {
+      o.pad_multiple = parse_integer(take(), 1, INT64_MAX, "--pad-multiple");
+    } else if (arg == "--padded-length") {
+      o.padded_length = parse_integer(take(), 1, INT64_MAX, "--padded-length");
     } else if (arg == "--dtype") {
       o.dtype = take();
     } else if (arg == "--strategy") {
@@ -192,6 +236,8 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--transfers") {
       flag();
       o.transfers = true;
+    } else if (arg == "--rank") {
+      o.rank = static_cast<int>(parse_integer(take(), 0, INT32_MAX, "--rank"));
     } else if (arg == "--max-groups") {
       o.max_groups = static_cast<int>(parse_integer(take(), 0, 1 << 30, "--max-groups"));
     } else {
@@ -200,14 +246,80 @@ Options parse_options(int argc, char** argv) {
   }
   if (!have_world) throw UsageError{"--world is required"};
   if (!have_llm) throw UsageError{"--llm is required"};
+  check_options(o);
+  return o;
+}
+
+// What the options say together: the batch given one way, the combined-sequence options together.
+void check_options(const Options& o) {
   if (o.encoders.empty()) throw UsageError{"at least one --encoder is required"};
   if (o.hidden == 0) throw UsageError{"--hidden is required"};
   if (o.tokens_list.empty()) {
-    if (o.tokens < 0 || o.samples < 0) throw UsageError{"give --samples and --tokens, or --tokens-list"};
+    if ((o.tokens < 0 || o.samples < 0) && o.images.empty())
+      throw UsageError{"give --samples and --tokens, or --tokens-list (or --images)"};
   } else if (o.tokens >= 0) {
     throw UsageError{"give --tokens or --tokens-list, not both"};
   }
-  return o;
+  const bool combined = o.llm_input != SequenceFormat::image_only;
+  const char* sequence_option = !o.seq_lens.empty()    ? "--seq-lens"
+                                : !o.images.empty()     ? "--images"
+                                : o.image_offset >= 0   ? "--image-offset"
+                                : o.pad_multiple > 0    ? "--pad-multiple"
+                                : o.padded_length > 0   ? "--padded-length"
+                                                        : nullptr;
+  if (!combined && sequence_option != nullptr) {
+    throw UsageError{std::string(sequence_option) + " describes the combined sequence: give --llm-input thd or bshd"};
+  }
+  if (combined) {
+    if (o.seq_lens.empty()) throw UsageError{"--llm-input thd/bshd needs --seq-lens"};
+    if (o.images.empty() == (o.image_offset < 0)) throw UsageError{"--llm-input thd/bshd needs --images or --image-offset (one of them)"};
+    if (o.padded_length > 0 && o.llm_input != SequenceFormat::bshd) throw UsageError{"--padded-length is for --llm-input bshd"};
+  }
+}
+
+// A per-sample list of n entries; one entry stands for every sample.
+template <class T>
+std::vector<T> per_sample(std::vector<T> list, std::size_t n, const char* option) {
+  if (list.size() == 1 && n != 1) return std::vector<T>(n, list[0]);
+  if (list.size() != n) {
+    throw UsageError{std::string(option) + " has " + std::to_string(list.size()) + " samples, the batch " +
+                     std::to_string(n)};
+  }
+  return list;
+}
+
+// The batch's tokens and (thd/bshd) the LLM's combined sequence from the options.
+void fill_batch(const Options& o, BoundaryBatch& batch) {
+  std::vector<std::vector<ImageSpan>> images;
+  if (!o.images.empty()) images = parse_images(o.images);
+  if (!o.tokens_list.empty()) {
+    batch.tokens = parse_token_list(o.tokens_list);
+    if (o.samples >= 0 && o.samples != static_cast<std::int64_t>(batch.tokens.size())) {
+      throw UsageError{"--samples " + std::to_string(o.samples) + " but --tokens-list has " +
+                       std::to_string(batch.tokens.size()) + " entries"};
+    }
+  } else if (o.tokens >= 0) {
+    batch.tokens.assign(static_cast<std::size_t>(o.samples), o.tokens);
+  } else {
+    if (o.samples >= 0) images = per_sample(std::move(images), static_cast<std::size_t>(o.samples), "--images");
+    for (const auto& sample : images) {
+      std::int64_t sum = 0;
+      for (const ImageSpan& im : sample) sum = detail::checked_add(sum, im.tokens, "image tokens of a sample");
+      batch.tokens.push_back(sum);
+    }
+  }
+  if (o.llm_input == SequenceFormat::image_only) return;
+  LlmSequence& q = batch.llm_sequence;
+  const std::size_t n = batch.tokens.size();
+  q.format = o.llm_input;
+  q.length = per_sample(parse_token_list(o.seq_lens), n, "--seq-lens");
+  if (o.image_offset >= 0) {
+    for (std::int64_t t : batch.tokens) q.images.push_back({ImageSpan{o.image_offset, t}});
+  } else {
+    q.images = per_sample(std::move(images), n, "--images");
+  }
+  q.pad_multiple = o.pad_multiple;
+  q.padded_length = o.padded_length;
 }
 
 // ---- formatting ----
@@ -370,12 +482,43 @@ struct BoundaryReport {
   double plan_seconds = 0;
 };
 
+// --rank: one rank planned alone, against its share of the world's direct plan.
+struct RankCheck {
+  int rank = -1;  // -1: not asked
+  std::size_t transfers = 0;
+  double seconds = 0;
+  bool matches = false;
+};
+
 struct DirectionRefs {
   int encoder;
   Direction direction;
   LowerBounds bounds;
   TrafficSummary leader;
+  RankCheck rank_check;
 };
+
+RankCheck check_rank(const Options& o, const Layout& layout, const BoundaryBatch& batch, int e, Direction dir) {
+  RankCheck c;
+  c.rank = o.rank;
+  PlanOptions options;
+  options.max_transfers = o.max_transfers;
+  const auto t0 = Clock::now();
+  const RankPlan mine = plan_rank(layout, e, batch, dir, o.rank, options);
+  c.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  c.transfers = mine.num_transfers();
+  const BoundaryPlan world = plan_boundary(layout, e, batch, dir, options);
+  std::size_t k = 0;
+  c.matches = mine.source_bytes == world.source_bytes[o.rank] &&
+              mine.destination_bytes == world.destination_bytes[o.rank];
+  for (const Transfer& t : world.phases[0]) {
+    if (t.src != o.rank && t.dst != o.rank) continue;
+    c.matches = c.matches && k < c.transfers && t == mine.phases[0][k];
+    ++k;
+  }
+  c.matches = c.matches && k == c.transfers;
+  return c;
+}
 
 // "direct", or "automatic: direct" when automatic chose.
 std::string strategy_label(const BoundaryReport& r) {
@@ -392,6 +535,45 @@ std::size_t count_messages(const BoundaryPlan& plan) {
   return n;
 }
 
+// The batch, the LLM's input and each module's load per replica.
+void print_batch(const Layout& layout, const BoundaryBatch& batch) {
+  std::int64_t total_tokens = 0;
+  for (std::int64_t t : batch.tokens) total_tokens += t;
+  std::printf("batch: %d samples, %" PRId64 " tokens, hidden %" PRId64 ", %" PRId64
+              " bytes per element: %s per token, %s in all\n",
+              batch.num_samples(), total_tokens, batch.hidden, batch.element_size,
+              human_bytes(batch.row_bytes()).c_str(), human_bytes(total_tokens * batch.row_bytes()).c_str());
+  const LlmSequence& q = batch.llm_sequence;
+  if (q.format == SequenceFormat::image_only) {
+    std::printf("llm input: image-only (each sample's image tokens, cut by cp and sp on their own)\n");
+  } else {
+    std::int64_t positions = 0, images = 0;
+    for (std::size_t s = 0; s < q.length.size(); ++s) {
+      positions += q.length[s];
+      images += static_cast<std::int64_t>(q.images[s].size());
+    }
+    const Module& llm = layout.llm();
+    std::printf("llm input: %s (%s), %" PRId64 " images in %" PRId64 " positions (text + image tokens), "
+                "padded to a multiple of %" PRId64 "%s\n",
+                sequence_format_name(q.format), q.format == SequenceFormat::thd ? "packed" : "padded [b, s]",
+                images, positions, sequence_pad_multiple(llm, batch),
+                q.padded_length > 0 ? (", every sample to " + std::to_string(q.padded_length)).c_str() : "");
+    if (q.format == SequenceFormat::thd && llm.dp() > 0) {
+      const std::vector<std::int64_t> cu = thd_cu_seqlens(llm, batch, 0);
+      std::printf("  replica 0 cu_seqlens:");
+      for (std::size_t i = 0; i < cu.size() && i < 17; ++i) std::printf(" %" PRId64, cu[i]);
+      std::printf("%s\n", cu.size() > 17 ? " ..." : "");
+    }
+  }
+  std::printf("load (tokens per data-parallel replica; the busiest one sets the step time):\n");
+  for (const Module& m : layout.modules()) {
+    const ReplicaLoad load = replica_load(batch.tokens, module_replicas(m, batch), m.dp());
+    std::printf("  %-10s %-10s dp %-5d max %" PRId64 ", mean %.1f, max/mean %.2fx\n", m.name().c_str(),
+                assignment_rule_name(batch.assignment(m).rule), m.dp(), load.max, load.mean, load.imbalance());
+  }
+
+}
+
 void print_text(const Options& o, const Layout& layout, const BoundaryBatch& batch,
                 const std::vector<GroupFamily>& families, const std::vector<BoundaryReport>& reports,
                 const std::vector<DirectionRefs>& refs, double total_seconds) {
@@ -405,19 +587,7 @@ void print_text(const Options& o, const Layout& layout, const BoundaryBatch& bat
                 m.cp(), m.pp(), m.dp(), m.sequence_parallel() ? "on" : "off", to_string(m.order()).c_str(),
                 where.empty() ? "" : "  ", where.c_str());
   }
-  std::int64_t total_tokens = 0;
-  for (std::int64_t t : batch.tokens) total_tokens += t;
-  std::printf("batch: %d samples, %" PRId64 " tokens, hidden %" PRId64 ", %" PRId64
-              " bytes per element: %s per token, %s in all\n",
-              batch.num_samples(), total_tokens, batch.hidden, batch.element_size,
-              human_bytes(batch.row_bytes()).c_str(), human_bytes(total_tokens * batch.row_bytes()).c_str());
-  std::printf("load (tokens per data-parallel replica; the busiest one sets the step time):\n");
-  for (const Module& m : layout.modules()) {
-    const ReplicaLoad load = replica_load(batch.tokens, module_replicas(m, batch), m.dp());
-    std::printf("  %-10s %-10s dp %-5d max %" PRId64 ", mean %.1f, max/mean %.2fx\n", m.name().c_str(),
-                assignment_rule_name(batch.assignment(m).rule), m.dp(), load.max, load.mean, load.imbalance());
-  }
-
+  print_batch(layout, batch);
   std::printf("\ngroups:\n");
   for (const GroupFamily& f : families) {
     const Module& m = layout.modules()[f.module];
@@ -469,6 +639,11 @@ void print_text(const Options& o, const Layout& layout, const BoundaryBatch& bat
           }
         }
       }
+    }
+    if (ref.rank_check.rank >= 0) {
+      std::printf("  rank %d alone (plan_rank, direct): %zu transfers in %.3f ms; %s its share of the world plan\n",
+                  ref.rank_check.rank, ref.rank_check.transfers, ref.rank_check.seconds * 1e3,
+                  ref.rank_check.matches ? "equals" : "DIFFERS FROM");
     }
     std::printf("  max bytes per rank:\n");
     std::printf("    %-26s %14s %14s %16s %16s\n", "scheme", "sent", "received", "network total",
@@ -589,6 +764,35 @@ void write_plan(Json& j, const Options& o, const Layout& layout, const BoundaryR
   j.close('}');
 }
 
+void write_llm_input(Json& j, const Layout& layout, const BoundaryBatch& batch) {
+  const LlmSequence& q = batch.llm_sequence;
+  j.key("llm_input");
+  j.open('{');
+  j.field("format", sequence_format_name(q.format));
+  if (q.format != SequenceFormat::image_only) {
+    j.field("pad_multiple", sequence_pad_multiple(layout.llm(), batch));
+    j.field("padded_length", q.padded_length);
+    j.key("lengths");
+    j.open('[');
+    for (std::int64_t n : q.length) j.value(n);
+    j.close(']');
+    j.key("images");
+    j.open('[');
+    for (const auto& sample : q.images) {
+      j.open('[');
+      for (const ImageSpan& im : sample) {
+        j.open('[');
+        j.value(im.offset);
+        j.value(im.tokens);
+        j.close(']');
+      }
+      j.close(']');
+    }
+    j.close(']');
+  }
+  j.close('}');
+}
+
 void print_json(const Options& o, const Layout& layout, const BoundaryBatch& batch,
                 const std::vector<GroupFamily>& families, const std::vector<BoundaryReport>& reports,
                 const std::vector<DirectionRefs>& refs, double total_seconds) {
@@ -628,6 +832,7 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
   j.field("hidden", batch.hidden);
   j.field("element_size", batch.element_size);
   j.field("row_bytes", batch.row_bytes());
+  write_llm_input(j, layout, batch);
   j.close('}');
   j.key("groups");
   j.open('[');
@@ -666,6 +871,15 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
     j.field("into_receiver_bytes", ref.leader.boundary_bytes);
     j.close('}');
     write_buffers(j, o, reports, ref);
+    if (ref.rank_check.rank >= 0) {
+      j.key("rank_plan");
+      j.open('{');
+      j.field("rank", ref.rank_check.rank);
+      j.field("transfer_count", static_cast<std::int64_t>(ref.rank_check.transfers));
+      j.field("plan_seconds", ref.rank_check.seconds);
+      j.field("matches_world_plan", ref.rank_check.matches);
+      j.close('}');
+    }
     j.key("plans");
     j.open('[');
     for (const BoundaryReport& r : reports) {
@@ -687,15 +901,7 @@ int run(const Options& o) {
   if (spec.llm.name.empty()) spec.llm.name = "llm";
   for (const std::string& e : o.encoders) spec.encoders.push_back(parse_module_spec(e));
   BoundaryBatch batch;
-  if (o.tokens_list.empty()) {
-    batch.tokens.assign(static_cast<std::size_t>(o.samples), o.tokens);
-  } else {
-    batch.tokens = parse_token_list(o.tokens_list);
-    if (o.samples >= 0 && o.samples != static_cast<std::int64_t>(batch.tokens.size())) {
-      throw UsageError{"--samples " + std::to_string(o.samples) + " but --tokens-list has " +
-                       std::to_string(batch.tokens.size()) + " entries"};
-    }
-  }
+  fill_batch(o, batch);
   batch.hidden = o.hidden;
   batch.element_size = parse_element_size(o.dtype);
   batch.encoder_assignment = o.encoder_assignment;
@@ -710,7 +916,8 @@ int run(const Options& o) {
   for (int e = 0; e < layout.num_encoders(); ++e) {
     for (Direction dir : o.directions) {
       refs.push_back(DirectionRefs{e, dir, lower_bounds(layout, e, batch, dir),
-                                   leader_broadcast_traffic(layout, e, batch, dir)});
+                                   leader_broadcast_traffic(layout, e, batch, dir), RankCheck{}});
+      if (o.rank >= 0) refs.back().rank_check = check_rank(o, layout, batch, e, dir);
       for (Strategy st : o.strategies) {
         const auto p0 = Clock::now();
         PlanOptions options;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,14 @@ std::string exponent_summary(const ExponentHistogram& h, int width = 24);
 
 // The per-tensor table and the summary of what zipccl would save, as printed by `zipccl inspect`.
 std::string report_table(const InspectReport& r);
+
+// Whether the file starts with a zipccl frame: a stream written by `zipccl compress`.
+bool is_frame_stream(const std::string& path);
+// Lists such a stream to `out`, one line per frame (offset, kind, type, block size, bytes before and
+// after, ratio), every frame decoded to check it, then the totals. Reads the frames one at a time
+// into reused buffers (tools/inspect_stream.cpp). False with *error at the first frame that does not
+// decode or is cut short.
+bool inspect_stream(const std::string& path, int threads, FILE* out, std::string* error);
 
 // "1.24 MB", "512 B" (decimal units, as link speeds are quoted).
 std::string human_bytes(double n);

@@ -110,8 +110,10 @@ std::string Svg::finish() {
          body_ + "</svg>\n";
 }
 
-std::string inspect_svg(const InspectReport& r, size_t max_rows) {
-  // The rows: the largest tensors, drawn in file order.
+namespace {
+
+// The rows: the largest tensors, drawn in file order.
+std::vector<size_t> pick_rows(const InspectReport& r, size_t max_rows) {
   std::vector<size_t> order(r.tensors.size());
   std::iota(order.begin(), order.end(), 0);
   if (order.size() > max_rows) {
@@ -120,35 +122,47 @@ std::string inspect_svg(const InspectReport& r, size_t max_rows) {
     order.resize(max_rows);
     std::sort(order.begin(), order.end());
   }
+  return order;
+}
 
-  // One exponent axis for every row: unbiased exponents of normal numbers, plus a "zero" slot.
+// The scales every row shares: one exponent axis (unbiased exponents of normal numbers, plus a
+// "zero" slot) and one ratio axis.
+struct Axes {
   int lo = 0, hi = 0;
-  bool any = false;
+  bool any = false;  // some row has normal numbers
+  int slots = 1;     // slot 0: zeros and subnormals
+  double slot_w = kHistW;
+  double max_ratio = 1.0;
+  double rx = 0;  // px per unit of ratio
+};
+
+Axes make_axes(const InspectReport& r, const std::vector<size_t>& order) {
+  Axes a;
   for (size_t i : order) {
     const ExponentHistogram& h = r.tensors[i].exponents;
-    int a, b;
-    if (h.bits && h.normal_range(&a, &b)) {
-      lo = any ? std::min(lo, a - h.bias) : a - h.bias;
-      hi = any ? std::max(hi, b - h.bias) : b - h.bias;
-      any = true;
+    int f_lo, f_hi;
+    if (h.bits && h.normal_range(&f_lo, &f_hi)) {
+      a.lo = a.any ? std::min(a.lo, f_lo - h.bias) : f_lo - h.bias;
+      a.hi = a.any ? std::max(a.hi, f_hi - h.bias) : f_hi - h.bias;
+      a.any = true;
     }
   }
-  const int slots = any ? hi - lo + 2 : 1;  // slot 0: zeros and subnormals
-  const double slot_w = kHistW / slots;
-  double max_ratio = 1.0;
+  a.slots = a.any ? a.hi - a.lo + 2 : 1;
+  a.slot_w = kHistW / a.slots;
   for (size_t i : order) {
     const TensorReport& t = r.tensors[i];
-    max_ratio = std::max(max_ratio, t.ratio());
-    if (!std::isinf(t.bound_ratio())) max_ratio = std::max(max_ratio, t.bound_ratio());
+    a.max_ratio = std::max(a.max_ratio, t.ratio());
+    if (!std::isinf(t.bound_ratio())) a.max_ratio = std::max(a.max_ratio, t.bound_ratio());
   }
-  max_ratio = std::ceil(max_ratio * 1.1 * 4) / 4;  // room for the labels; quarter steps
-  const double rx = kRatioW / max_ratio;
+  a.max_ratio = std::ceil(a.max_ratio * 1.1 * 4) / 4;  // room for the labels; quarter steps
+  a.rx = kRatioW / a.max_ratio;
+  return a;
+}
 
-  const double rows_h = kRowH * static_cast<double>(order.size());
-  const double height = kTop + rows_h + 96;
-  Svg s(kWidth, height);
+constexpr const char* kNote = "font-size=\"11\" fill=\"#666\"";
 
-  // Title and summary.
+// Title, summary and column headings.
+void draw_heading(Svg& s, const InspectReport& r) {
   const double total_ratio =
       r.total_actual ? static_cast<double>(r.total_bytes) / static_cast<double>(r.total_actual) : 1.0;
   const double bound_ratio =
@@ -162,89 +176,86 @@ std::string inspect_svg(const InspectReport& r, size_t max_rows) {
              " less on the wire); order-0 entropy bound " + fmt("%.3fx", bound_ratio),
          "font-size=\"14\" fill=\"#444\"");
 
-  // Column headings.
   const std::string head = "font-size=\"13\" font-weight=\"bold\" fill=\"#333\"";
-  const std::string note = "font-size=\"11\" fill=\"#666\"";
   s.text(kNameX, 92, "tensor", head);
-  s.text(kNameX, 106, "type, shape, size", note);
+  s.text(kNameX, 106, "type, shape, size", kNote);
   s.text(kHistX, 92, "exponent histogram", head);
   s.text(kHistX, 106, "share of elements per power of two (tallest bar = the row's most common exponent)",
-         note);
+         kNote);
   s.text(kRatioX, 92, "compression ratio", head);
-  s.text(kRatioX, 106, "bar: zipccl  |  black tick: entropy bound", note);
+  s.text(kRatioX, 106, "bar: zipccl  |  black tick: entropy bound", kNote);
+}
 
-  // Row stripes, then the ratio grid, then the rows' marks on top.
-  const double axis_y = kTop + rows_h + 4;
-  for (size_t row = 0; row < order.size(); row += 2)
-    s.rect(0, kTop + kRowH * row, kWidth, kRowH, "fill=\"#f4f6f9\"");
-  for (double v = 0; v <= max_ratio + 1e-9; v += max_ratio > 4 ? 1.0 : 0.5) {
-    const double x = kRatioX + v * rx;
+// Row stripes and the ratio grid, drawn before the rows' marks so that those lie on top.
+void draw_grid(Svg& s, const Axes& a, size_t rows, double axis_y) {
+  for (size_t row = 0; row < rows; row += 2) s.rect(0, kTop + kRowH * row, kWidth, kRowH, "fill=\"#f4f6f9\"");
+  for (double v = 0; v <= a.max_ratio + 1e-9; v += a.max_ratio > 4 ? 1.0 : 0.5) {
+    const double x = kRatioX + v * a.rx;
     s.line(x, kTop, x, axis_y, v == 1.0 ? "stroke=\"#b33\" stroke-dasharray=\"4 3\"" : "stroke=\"#e2e5ea\"");
     s.text(x, axis_y + 14, fmt("%g", v), "font-size=\"11\" fill=\"#444\" text-anchor=\"middle\"");
   }
-  s.text(kRatioX, axis_y + 32, "original size / compressed size (red dashes: 1.0, no gain)", note);
+  s.text(kRatioX, axis_y + 32, "original size / compressed size (red dashes: 1.0, no gain)", kNote);
+}
 
-  for (size_t row = 0; row < order.size(); ++row) {
-    const TensorReport& t = r.tensors[order[row]];
-    const double y = kTop + kRowH * static_cast<double>(row);
-    std::string shape = "[";
-    for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
-    shape += "]";
-    s.begin_group(t.name + ": " + codec::elem_type_name(t.type) + " " + shape + ", " +
-                  std::to_string(t.bytes) + " bytes -> " + std::to_string(t.actual) + " bytes (" +
-                  fmt("%.3fx", t.ratio()) + ")");
-    std::string name = t.name.size() > 40 ? t.name.substr(0, 39) + "~" : t.name;
-    s.text(kNameX, y + 17, name,
-           "font-size=\"13\" font-family=\"DejaVu Sans Mono, monospace\" fill=\"#111\"");
-    s.text(kNameX, y + 32,
-           std::string(codec::elem_type_name(t.type)) + "  " + shape + "  " +
-               human_bytes(static_cast<double>(t.bytes)),
-           note);
-
-    // Histogram.
-    const double base = y + 5 + kBarH;
-    s.rect(kHistX, y + 5, kHistW, kBarH, "fill=\"none\" stroke=\"#d0d4da\"");
-    const ExponentHistogram& h = t.exponents;
-    if (h.bits && h.total) {
-      uint64_t top = h.zero_or_subnormal();
-      for (int f = 1; f < h.max_field(); ++f) top = std::max(top, h.counts[f]);
-      auto bar = [&](int slot, uint64_t c, const char* color) {
-        if (!c) return;
-        const double bh = std::max(1.5, kBarH * static_cast<double>(c) / static_cast<double>(top));
-        s.rect(kHistX + slot_w * slot + 0.5, base - bh, std::max(slot_w - 1.0, 1.0), bh,
-               std::string("fill=\"") + color + "\"");
-      };
-      bar(0, h.zero_or_subnormal(), "#999999");
-      for (int f = 1; f < h.max_field(); ++f) bar(f - h.bias - lo + 1, h.counts[f], type_color(t.type));
-    } else {
-      s.text(kHistX + 8, y + 25, "no floating-point exponents (coded as bytes)", note);
-    }
-
-    // Ratio bar, the bound's tick, the value.
-    const double ratio = std::min(t.ratio(), max_ratio);
-    s.rect(kRatioX, y + 10, ratio * rx, 20,
-           std::string("fill=\"") + type_color(t.type) + "\" fill-opacity=\"0.85\"");
-    if (!std::isinf(t.bound_ratio()))
-      s.line(kRatioX + t.bound_ratio() * rx, y + 6, kRatioX + t.bound_ratio() * rx, y + 34,
-             "stroke=\"#111\" stroke-width=\"2\"");
-    s.text(kRatioX + kRatioW + 8, y + 25, fmt("%.2fx", t.ratio()), "font-size=\"13\" fill=\"#111\"");
-    s.end_group();
+void draw_histogram(Svg& s, const TensorReport& t, const Axes& a, double y) {
+  const double base = y + 5 + kBarH;
+  s.rect(kHistX, y + 5, kHistW, kBarH, "fill=\"none\" stroke=\"#d0d4da\"");
+  const ExponentHistogram& h = t.exponents;
+  if (!h.bits || !h.total) {
+    s.text(kHistX + 8, y + 25, "no floating-point exponents (coded as bytes)", kNote);
+    return;
   }
+  uint64_t top = h.zero_or_subnormal();
+  for (int f = 1; f < h.max_field(); ++f) top = std::max(top, h.counts[f]);
+  auto bar = [&](int slot, uint64_t c, const char* color) {
+    if (!c) return;
+    const double bh = std::max(1.5, kBarH * static_cast<double>(c) / static_cast<double>(top));
+    s.rect(kHistX + a.slot_w * slot + 0.5, base - bh, std::max(a.slot_w - 1.0, 1.0), bh,
+           std::string("fill=\"") + color + "\"");
+  };
+  bar(0, h.zero_or_subnormal(), "#999999");
+  for (int f = 1; f < h.max_field(); ++f) bar(f - h.bias - a.lo + 1, h.counts[f], type_color(t.type));
+}
 
-  // The exponent axis under the rows.
-  if (any) {
-    const int step = slots > 40 ? 10 : slots > 16 ? 5 : slots > 8 ? 2 : 1;
-    s.text(kHistX + slot_w * 0.5, axis_y + 14, "z", "font-size=\"11\" fill=\"#444\" text-anchor=\"middle\"");
-    for (int e = lo; e <= hi; ++e) {
-      if (e % step != 0) continue;
-      const double x = kHistX + slot_w * (e - lo + 1.5);
-      s.line(x, axis_y - 4, x, axis_y, "stroke=\"#666\"");
-      s.text(x, axis_y + 14, std::to_string(e), "font-size=\"11\" fill=\"#444\" text-anchor=\"middle\"");
-    }
-    s.text(kHistX, axis_y + 32, "exponent e of 2^e (slot z, grey: zeros and subnormals)", note);
+// One tensor: its name and shape, its exponent histogram, its ratio bar with the bound's tick.
+void draw_row(Svg& s, const TensorReport& t, const Axes& a, double y) {
+  std::string shape = "[";
+  for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
+  shape += "]";
+  s.begin_group(t.name + ": " + codec::elem_type_name(t.type) + " " + shape + ", " + std::to_string(t.bytes) +
+                " bytes -> " + std::to_string(t.actual) + " bytes (" + fmt("%.3fx", t.ratio()) + ")");
+  std::string name = t.name.size() > 40 ? t.name.substr(0, 39) + "~" : t.name;
+  s.text(kNameX, y + 17, name, "font-size=\"13\" font-family=\"DejaVu Sans Mono, monospace\" fill=\"#111\"");
+  s.text(kNameX, y + 32,
+         std::string(codec::elem_type_name(t.type)) + "  " + shape + "  " + human_bytes(static_cast<double>(t.bytes)),
+         kNote);
+  draw_histogram(s, t, a, y);
+
+  const double ratio = std::min(t.ratio(), a.max_ratio);
+  s.rect(kRatioX, y + 10, ratio * a.rx, 20, std::string("fill=\"") + type_color(t.type) + "\" fill-opacity=\"0.85\"");
+  if (!std::isinf(t.bound_ratio()))
+    s.line(kRatioX + t.bound_ratio() * a.rx, y + 6, kRatioX + t.bound_ratio() * a.rx, y + 34,
+           "stroke=\"#111\" stroke-width=\"2\"");
+  s.text(kRatioX + kRatioW + 8, y + 25, fmt("%.2fx", t.ratio()), "font-size=\"13\" fill=\"#111\"");
+  s.end_group();
+}
+
+// The exponent axis under the rows.
+void draw_exponent_axis(Svg& s, const Axes& a, double axis_y) {
+  if (!a.any) return;
+  const int step = a.slots > 40 ? 10 : a.slots > 16 ? 5 : a.slots > 8 ? 2 : 1;
+  s.text(kHistX + a.slot_w * 0.5, axis_y + 14, "z", "font-size=\"11\" fill=\"#444\" text-anchor=\"middle\"");
+  for (int e = a.lo; e <= a.hi; ++e) {
+    if (e % step != 0) continue;
+    const double x = kHistX + a.slot_w * (e - a.lo + 1.5);
+    s.line(x, axis_y - 4, x, axis_y, "stroke=\"#666\"");
+    s.text(x, axis_y + 14, std::to_string(e), "font-size=\"11\" fill=\"#444\" text-anchor=\"middle\"");
   }
+  s.text(kHistX, axis_y + 32, "exponent e of 2^e (slot z, grey: zeros and subnormals)", kNote);
+}
 
-  // Legend (the float types drawn) and footnote.
+// Legend (the float types drawn) and footnote.
+void draw_legend(Svg& s, const InspectReport& r, const std::vector<size_t>& order, double axis_y) {
   double lx = kMargin;
   const double ly = axis_y + 58;
   for (codec::ElemType ty : {codec::ElemType::kBf16, codec::ElemType::kFp16, codec::ElemType::kFp32}) {
@@ -258,6 +269,22 @@ std::string inspect_svg(const InspectReport& r, size_t max_rows) {
            "showing the " + std::to_string(order.size()) + " largest of " + std::to_string(r.tensors.size()) +
                " tensors; the table lists all",
            "font-size=\"12\" fill=\"#333\"");
+}
+
+}  // namespace
+
+std::string inspect_svg(const InspectReport& r, size_t max_rows) {
+  const std::vector<size_t> order = pick_rows(r, max_rows);
+  const Axes axes = make_axes(r, order);
+  const double rows_h = kRowH * static_cast<double>(order.size());
+  const double axis_y = kTop + rows_h + 4;
+  Svg s(kWidth, kTop + rows_h + 96);
+  draw_heading(s, r);
+  draw_grid(s, axes, order.size(), axis_y);
+  for (size_t row = 0; row < order.size(); ++row)
+    draw_row(s, r.tensors[order[row]], axes, kTop + kRowH * static_cast<double>(row));
+  draw_exponent_axis(s, axes, axis_y);
+  draw_legend(s, r, order, axis_y);
   return s.finish();
 }
 

@@ -43,6 +43,14 @@ if [[ "${ZIPCCL_QUICK:-0}" == 1 ]]; then
   exit 0
 fi
 
+stage "Python package (wheel, auditwheel, fresh venv, pytest: tests/python/run.sh)"
+py_log=$(mktemp)
+tests/python/run.sh 2>&1 | tee "$py_log"
+n=$(sed -n 's/^\([0-9]*\) passed.*/\1/p' "$py_log" | tail -n 1)
+rm -f "$py_log"
+[[ -n "$n" ]] || { echo "test.sh: tests/python/run.sh failed" >&2; exit 1; }
+passed=$((passed + n))
+
 stage "tests (ASan + UBSan)"
 # -O1 -g1 (ASan's recommended level; line tables for the reports): the hetero tests' templates
 # compile in half the time of -O2 -g, which kept CI under its 30 minutes.

@@ -118,8 +118,6 @@ ZIPCCL_HD void split_element(const Cta& cta, EncodeShared& sh, uint8_t* planes, 
   (void)sh;
 }
 
-// Step 1. src: the block's m elements (global); first: the message's first element (CONST frame
-// check); lanes: 1..64. On return (all threads): sh.block_bytes, sh.flags; staging holds the header.
 // policy::prescreen_says_raw on a pre-screen histogram.
 ZIPCCL_HD bool prescreen_raw(const uint32_t* pre, uint32_t m) {
   uint64_t sum = 0;
@@ -129,25 +127,27 @@ ZIPCCL_HD bool prescreen_raw(const uint32_t* pre, uint32_t m) {
   return policy::prescreen_says_raw(sum, m);
 }
 
-template <class Cta>
-ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m, uint8_t type, int lanes, uint32_t first,
-                                 EncodeShared& sh, uint8_t* smem, const EncodeSmemLayout& lay) {
-  const int np = fmt::type_planes(type);
-  const uint32_t es = uint32_t(fmt::type_elem_size(type));
-  uint8_t* planes = smem + lay.planes;
-  const uint32_t stride = lay.plane_stride;
-  uint8_t* staging = smem + lay.staging;
-  const int tid = cta.tid(), nt = cta.size();
+// The steps of encode_block_plan, each ended by the caller's cta.sync(). The planes sit at
+// smem + lay.planes, plane p at p * lay.plane_stride.
 
+// Clears the histograms and the per-plane state.
+template <class Cta>
+ZIPCCL_HD void plan_reset(const Cta& cta, EncodeShared& sh) {
+  const int tid = cta.tid(), nt = cta.size();
   for (int i = tid; i < 4 * 256; i += nt) (&sh.hist[0][0])[i] = 0;
   for (int i = tid; i < 4 * 256; i += nt) (&sh.pre[0][0])[i] = 0;
   if (tid == 0) {
     sh.flags = 0;
     for (int p = 0; p < 4; ++p) sh.bmin[p] = 255, sh.bmax[p] = 0, sh.sampled[p] = 0;
   }
-  cta.sync();
+}
 
-  // Load and split: 16-byte loads when the block is 16-aligned; one element per step otherwise.
+// Load and split: 16-byte loads when the block is 16-aligned; one element per step otherwise. Sets
+// sh.flags and each plane's byte range [sh.bmin, sh.bmax].
+template <class Cta>
+ZIPCCL_HD void plan_split(const Cta& cta, const uint8_t* src, uint32_t m, int np, uint32_t es, uint32_t first,
+                          EncodeShared& sh, uint8_t* planes, uint32_t stride) {
+  const int tid = cta.tid(), nt = cta.size();
   const uint32_t e0 = load_elem(src, es);
   SplitAcc acc;
   uint32_t done = 0;
@@ -170,9 +170,14 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
   for (int p = 0; p < np; ++p) {
     if (acc.lo[p] <= acc.hi[p]) cta_extreme<false>(cta, &sh.bmin[p], acc.lo[p]), cta_extreme<true>(cta, &sh.bmax[p], acc.hi[p]);
   }
-  cta.sync();
-  // Sampled histogram (every kScreenStride-th element) of every plane: the screen for planes > 0,
-  // and the first part of each full histogram; every 4th of those samples is also the pre-screen's.
+}
+
+// Sampled histogram (every kScreenStride-th element) of every plane: the screen for planes > 0,
+// and the first part of each full histogram; every 4th of those samples is also the pre-screen's.
+template <class Cta>
+ZIPCCL_HD void plan_sample(const Cta& cta, uint32_t m, int np, EncodeShared& sh, const uint8_t* planes,
+                           uint32_t stride) {
+  const int tid = cta.tid(), nt = cta.size();
   const uint32_t samples = policy::screen_samples(m);
   constexpr uint32_t kPreEvery = policy::kPrescreenStride / policy::kScreenStride;
   for (uint32_t s = uint32_t(tid); s < samples * uint32_t(np); s += uint32_t(nt)) {
@@ -182,8 +187,15 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
     cta.hist_add(sh.hist[p], b);
     if (k % kPreEvery == 0) cta.hist_add(sh.pre[p], b);
   }
-  cta.sync();
+}
 
+// First choice of each plane's mode (by its owner thread): CONST, RAW, or a candidate for a code,
+// whose counts may come from the sample (sh.sampled 1, or 2 for the sample's core).
+template <class Cta>
+ZIPCCL_HD void plan_screen(const Cta& cta, uint32_t m, int np, EncodeShared& sh, const uint8_t* planes,
+                           uint32_t stride) {
+  const int tid = cta.tid(), nt = cta.size();
+  const uint32_t samples = policy::screen_samples(m);
   for (int p = 0; p < np; ++p) {
     if (tid != plane_owner(p, nt)) continue;
     uint8_t mode = fmt::kPlaneRaw;
@@ -202,10 +214,14 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
     }
     sh.mode[p] = mode;
   }
-  cta.sync();
+}
 
-  // Complete the histograms of candidate planes (4 bytes per step): with the unsampled elements, or,
-  // for a core plane (sampled 2), with every element outside its core.
+// Complete the histograms of candidate planes (4 bytes per step): with the unsampled elements, or,
+// for a core plane (sampled 2), with every element outside its core.
+template <class Cta>
+ZIPCCL_HD void plan_complete_histograms(const Cta& cta, uint32_t m, int np, EncodeShared& sh, const uint8_t* planes,
+                                        uint32_t stride) {
+  const int tid = cta.tid(), nt = cta.size();
   const uint32_t words = (m + 3) / 4;
   for (int p = 0; p < np; ++p) {
     if (sh.mode[p] != kPlaneCandidate || sh.sampled[p] == 1) continue;
@@ -221,9 +237,12 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
       }
     }
   }
-  cta.sync();
+}
 
-  // Leaves in (frequency, symbol) order by parallel ranking: the order sort_leaves gives the CPU.
+// Leaves in (frequency, symbol) order by parallel ranking: the order sort_leaves gives the CPU.
+template <class Cta>
+ZIPCCL_HD void plan_rank_leaves(const Cta& cta, int np, EncodeShared& sh, uint8_t* smem, const EncodeSmemLayout& lay) {
+  const int tid = cta.tid(), nt = cta.size();
   for (int s = tid; s < np * 256; s += nt) {
     const int p = s / 256, sym = s % 256;
     if (sh.mode[p] != kPlaneCandidate || !sh.hist[p][sym]) continue;
@@ -232,8 +251,14 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
     b->leaf_freq[r] = sh.hist[p][sym];
     b->leaf_sym[r] = uint8_t(sym);
   }
-  cta.sync();
+}
 
+// Each candidate plane's code (by its owner thread): Huffman lengths, then SPARSE, RAW or the
+// canonical codes, as the CPU encoder decides (encoder_policy.h).
+template <class Cta>
+ZIPCCL_HD void plan_codes(const Cta& cta, uint32_t m, int np, int lanes, EncodeShared& sh, uint8_t* smem,
+                          const EncodeSmemLayout& lay) {
+  const int tid = cta.tid(), nt = cta.size();
   for (int p = 0; p < np; ++p) {
     if (tid != plane_owner(p, nt)) continue;
     for (int s = 0; s < 256; ++s) sh.len[p][s] = 0;
@@ -267,11 +292,15 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
     }
     fmt::assign_codes(sh.len[p] + lo, sh.nsym[p], sh.code[p] + lo);
   }
-  cta.sync();
+}
 
-  // Exact lane sizes (HUFF) or exception counts (SPARSE: each lane's run of elements writes its own
-  // exceptions in step 2). Each lane thread reads its symbols starting at a rotated offset: lanes
-  // are often a multiple of 128 bytes apart, and in-order reads would all hit one bank.
+// Exact lane sizes (HUFF) or exception counts (SPARSE: each lane's run of elements writes its own
+// exceptions in step 2). Each lane thread reads its symbols starting at a rotated offset: lanes
+// are often a multiple of 128 bytes apart, and in-order reads would all hit one bank.
+template <class Cta>
+ZIPCCL_HD void plan_lane_sizes(const Cta& cta, uint32_t m, int np, int lanes, EncodeShared& sh, const uint8_t* planes,
+                               uint32_t stride) {
+  const int tid = cta.tid(), nt = cta.size();
   const uint32_t per = fmt::lane_elems(m, lanes);
   for (int s = tid; s < np * lanes; s += nt) {
     const int p = s / lanes, k = s % lanes;
@@ -287,69 +316,112 @@ ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m,
     }
     sh.lane_bits[p][k] = bits;
   }
-  cta.sync();
+}
 
-  // Final modes and the block layout; header bytes into staging (one thread: a few hundred bytes).
-  if (tid == 0) {
-    const size_t raw_plane = fmt::round_up4(m);
-    uint8_t modes = 0;
-    for (int p = 0; p < np; ++p) {
-      if (sh.mode[p] == kPlaneCandidate) {
-        size_t stream = 0;
-        for (int k = 0; k < lanes; ++k) stream += (sh.lane_bits[p][k] + 7) / 8;
-        sh.mode[p] = stream <= policy::huff_stream_limit(sh.nsym[p], lanes, m) ? fmt::kPlaneHuff : fmt::kPlaneRaw;
-      }
-      modes |= uint8_t(sh.mode[p] << (2 * p));
+// Final modes (a candidate whose exact streams do not pay is RAW), the modes byte and the plane
+// descriptors into staging. Returns where the descriptors end; lanes_at[p]: where plane p's lane
+// byte counts go. One thread.
+ZIPCCL_HD uint32_t stage_descriptors(uint32_t m, int np, int lanes, EncodeShared& sh, uint8_t* staging,
+                                     uint32_t lanes_at[4]) {
+  uint8_t modes = 0;
+  for (int p = 0; p < np; ++p) {
+    if (sh.mode[p] == kPlaneCandidate) {
+      size_t stream = 0;
+      for (int k = 0; k < lanes; ++k) stream += (sh.lane_bits[p][k] + 7) / 8;
+      sh.mode[p] = stream <= policy::huff_stream_limit(sh.nsym[p], lanes, m) ? fmt::kPlaneHuff : fmt::kPlaneRaw;
     }
-    staging[0] = modes;
-    uint32_t pos = 1;
+    modes |= uint8_t(sh.mode[p] << (2 * p));
+  }
+  staging[0] = modes;
+  uint32_t pos = 1;
+  for (int p = 0; p < np; ++p) {
+    if (sh.mode[p] == fmt::kPlaneConst) {
+      staging[pos++] = sh.value[p];
+    } else if (sh.mode[p] == fmt::kPlaneHuff) {
+      const uint32_t lo = sh.lo[p], nsym = sh.nsym[p];
+      staging[pos] = uint8_t(lo);
+      staging[pos + 1] = uint8_t(nsym - 1);
+      for (uint32_t i = 0; i < nsym; i += 2) {
+        const uint8_t hi = i + 1 < nsym ? sh.len[p][lo + i + 1] : 0;
+        staging[pos + 2 + i / 2] = uint8_t(sh.len[p][lo + i] | (hi << 4));
+      }
+      pos += 2 + (nsym + 1) / 2;
+      lanes_at[p] = pos;
+      pos += 2 * uint32_t(lanes);
+    } else if (sh.mode[p] == fmt::kPlaneSparse) {
+      staging[pos] = sh.value[p];
+      fmt::store_le16(staging + pos + 1, uint16_t(sh.except[p]));
+      pos += uint32_t(fmt::kSparseDescBytes);
+    }
+  }
+  while (pos & 3) staging[pos++] = 0;
+  return pos;
+}
+
+// The block layout after the descriptors (from pos): each plane's data offset, lane offsets and
+// byte counts, zero padding; sets sh.block_bytes. One thread.
+ZIPCCL_HD void stage_layout(uint32_t m, int np, int lanes, EncodeShared& sh, uint8_t* staging, uint32_t pos,
+                            const uint32_t lanes_at[4]) {
+  const size_t raw_plane = fmt::round_up4(m);
+  for (int p = 0; p < np; ++p) {
+    sh.data_at[p] = pos;
+    uint32_t bytes = 0;
+    if (sh.mode[p] == fmt::kPlaneRaw) {
+      bytes = uint32_t(raw_plane);  // the copy writes the padding too
+    } else if (sh.mode[p] == fmt::kPlaneHuff) {
+      for (int k = 0; k < lanes; ++k) {
+        const uint32_t lb = (sh.lane_bits[p][k] + 7) / 8;
+        fmt::store_le16(staging + lanes_at[p] + 2 * k, uint16_t(lb));
+        sh.lane_at[p][k] = pos + bytes;
+        bytes += lb;
+      }
+      for (uint32_t i = pos + bytes; i < uint32_t(fmt::round_up4(pos + bytes)); ++i) staging[i] = 0;
+    } else if (sh.mode[p] == fmt::kPlaneSparse) {
+      uint32_t first = 0;  // lane k's exceptions are numbers first .. first + count - 1
+      for (int k = 0; k < lanes; ++k) {
+        sh.lane_at[p][k] = first;
+        first += sh.lane_bits[p][k];
+      }
+      bytes = uint32_t(fmt::sparse_data_bytes(sh.except[p]));
+      for (uint32_t i = pos + bytes; i < uint32_t(fmt::round_up4(pos + bytes)); ++i) staging[i] = 0;
+    }
+    pos = uint32_t(fmt::round_up4(pos + bytes));
+  }
+  sh.block_bytes = pos;
+}
+
+// Step 1. src: the block's m elements (global); first: the message's first element (CONST frame
+// check); lanes: 1..64. On return (all threads): sh.block_bytes, sh.flags; staging holds the header.
+template <class Cta>
+ZIPCCL_HD void encode_block_plan(const Cta& cta, const uint8_t* src, uint32_t m, uint8_t type, int lanes, uint32_t first,
+                                 EncodeShared& sh, uint8_t* smem, const EncodeSmemLayout& lay) {
+  const int np = fmt::type_planes(type);
+  const uint32_t es = uint32_t(fmt::type_elem_size(type));
+  uint8_t* planes = smem + lay.planes;
+  const uint32_t stride = lay.plane_stride;
+
+  plan_reset(cta, sh);
+  cta.sync();
+  plan_split(cta, src, m, np, es, first, sh, planes, stride);
+  cta.sync();
+  plan_sample(cta, m, np, sh, planes, stride);
+  cta.sync();
+  plan_screen(cta, m, np, sh, planes, stride);
+  cta.sync();
+  plan_complete_histograms(cta, m, np, sh, planes, stride);
+  cta.sync();
+  plan_rank_leaves(cta, np, sh, smem, lay);
+  cta.sync();
+  plan_codes(cta, m, np, lanes, sh, smem, lay);
+  cta.sync();
+  plan_lane_sizes(cta, m, np, lanes, sh, planes, stride);
+  cta.sync();
+  // Header bytes into staging by one thread: a few hundred bytes.
+  if (cta.tid() == 0) {
+    uint8_t* staging = smem + lay.staging;
     uint32_t lanes_at[4] = {0, 0, 0, 0};
-    for (int p = 0; p < np; ++p) {
-      if (sh.mode[p] == fmt::kPlaneConst) {
-        staging[pos++] = sh.value[p];
-      } else if (sh.mode[p] == fmt::kPlaneHuff) {
-        const uint32_t lo = sh.lo[p], nsym = sh.nsym[p];
-        staging[pos] = uint8_t(lo);
-        staging[pos + 1] = uint8_t(nsym - 1);
-        for (uint32_t i = 0; i < nsym; i += 2) {
-          const uint8_t hi = i + 1 < nsym ? sh.len[p][lo + i + 1] : 0;
-          staging[pos + 2 + i / 2] = uint8_t(sh.len[p][lo + i] | (hi << 4));
-        }
-        pos += 2 + (nsym + 1) / 2;
-        lanes_at[p] = pos;
-        pos += 2 * uint32_t(lanes);
-      } else if (sh.mode[p] == fmt::kPlaneSparse) {
-        staging[pos] = sh.value[p];
-        fmt::store_le16(staging + pos + 1, uint16_t(sh.except[p]));
-        pos += uint32_t(fmt::kSparseDescBytes);
-      }
-    }
-    while (pos & 3) staging[pos++] = 0;
-    for (int p = 0; p < np; ++p) {
-      sh.data_at[p] = pos;
-      uint32_t bytes = 0;
-      if (sh.mode[p] == fmt::kPlaneRaw) {
-        bytes = uint32_t(raw_plane);  // the copy writes the padding too
-      } else if (sh.mode[p] == fmt::kPlaneHuff) {
-        for (int k = 0; k < lanes; ++k) {
-          const uint32_t lb = (sh.lane_bits[p][k] + 7) / 8;
-          fmt::store_le16(staging + lanes_at[p] + 2 * k, uint16_t(lb));
-          sh.lane_at[p][k] = pos + bytes;
-          bytes += lb;
-        }
-        for (uint32_t i = pos + bytes; i < uint32_t(fmt::round_up4(pos + bytes)); ++i) staging[i] = 0;
-      } else if (sh.mode[p] == fmt::kPlaneSparse) {
-        uint32_t first = 0;  // lane k's exceptions are numbers first .. first + count - 1
-        for (int k = 0; k < lanes; ++k) {
-          sh.lane_at[p][k] = first;
-          first += sh.lane_bits[p][k];
-        }
-        bytes = uint32_t(fmt::sparse_data_bytes(sh.except[p]));
-        for (uint32_t i = pos + bytes; i < uint32_t(fmt::round_up4(pos + bytes)); ++i) staging[i] = 0;
-      }
-      pos = uint32_t(fmt::round_up4(pos + bytes));
-    }
-    sh.block_bytes = pos;
+    const uint32_t pos = stage_descriptors(m, np, lanes, sh, staging, lanes_at);
+    stage_layout(m, np, lanes, sh, staging, pos, lanes_at);
   }
   cta.sync();
 }

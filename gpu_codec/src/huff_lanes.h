@@ -132,14 +132,17 @@ struct LaneReader {
   uint8_t* o;
 };
 
-// Four pair-table lookups from one 8-byte load: 4 to 8 symbols (57 bits hold four 11-bit codes).
-inline void decode_quad(LaneReader& r, const DecodeTable& t, const uint8_t* limit) {
+// L pair-table lookups from one 8-byte load: L to 2L symbols. 7 + L * 11 bits must fit the 64-bit
+// window: L <= 5 (57 bits hold four 11-bit codes, 62 five).
+template <int L>
+inline void decode_run(LaneReader& r, const DecodeTable& t, const uint8_t* limit) {
+  static_assert(L >= 1 && 7 + 11 * L <= 64, "the window holds L codes");
   const uint8_t* a = r.p < limit ? r.p : limit;
   uint64_t buf = lanes_be64(a) << r.bit;
   uint32_t used = r.bit;
   uint8_t* o = r.o;
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
+#pragma GCC unroll 5
+  for (int j = 0; j < L; ++j) {
     const zipccl::codec::PairEntry& e = t.pair[buf >> (64 - fmt::kMaxCodeLen)];
     std::memcpy(o, e.sym, 2);
     o += e.count;
@@ -151,34 +154,39 @@ inline void decode_quad(LaneReader& r, const DecodeTable& t, const uint8_t* limi
   r.bit = used & 7;
 }
 
+// Ends lane r (base: its first byte) at `end`: runs while 2L symbols fit, then the last symbols one at
+// a time, so that exactly up to `end` is written. Returns the lane's consumed bits.
+template <int L>
+inline uint64_t finish_lane(LaneReader r, const uint8_t* base, const DecodeTable& t, uint8_t* end,
+                            const uint8_t* limit) {
+  while (r.o + 2 * L <= end) decode_run<L>(r, t, limit);
+  uint64_t pos = uint64_t(r.p - base) * 8 + r.bit;
+  for (uint8_t* o = r.o; o < end; ++o) {
+    const uint8_t* a = base + (pos >> 3);
+    a = a < limit ? a : limit;
+    const uint8_t s = t.pair[(lanes_be64(a) << (pos & 7)) >> (64 - fmt::kMaxCodeLen)].sym[0];
+    *o = s;
+    pos += t.len_of[s];
+  }
+  return pos;
+}
+
 // Decodes lanes [0, N) of `count` symbols each into out + k * count; returns each lane's consumed
 // bits in pos_out. Load addresses are clamped to `limit` (the last address an 8-byte load may
 // start at): only a malformed lane gets there, and its bit count then fails the caller's check.
+// (The Quartet signature of lanes_decode; ahead unused.)
 template <int N>
 void decode_group(const uint8_t* const* base, uint32_t count, const DecodeTable& t, uint8_t* out,
-                  const uint8_t* limit, uint64_t* pos_out) {
+                  const uint8_t* limit, uint64_t* pos_out, Ahead* = nullptr) {
   LaneReader r[N];
   for (int k = 0; k < N; ++k) r[k] = {base[k], 0, out + size_t(k) * count};
   // Each quad yields at most 8 symbols, so count / 8 - 1 rounds cannot overrun any lane.
   const int rounds = int(count / 8) - 1;
   for (int q = 0; q < rounds; ++q) {
 #pragma GCC unroll 4
-    for (int k = 0; k < N; ++k) decode_quad(r[k], t, limit);
+    for (int k = 0; k < N; ++k) decode_run<4>(r[k], t, limit);
   }
-  for (int k = 0; k < N; ++k) {
-    uint8_t* end = out + size_t(k) * count + count;
-    while (r[k].o + 8 <= end) decode_quad(r[k], t, limit);
-    // The last symbols one at a time, so that exactly `count` are written.
-    uint64_t pos = uint64_t(r[k].p - base[k]) * 8 + r[k].bit;
-    for (uint8_t* o = r[k].o; o < end; ++o) {
-      const uint8_t* a = base[k] + (pos >> 3);
-      a = a < limit ? a : limit;
-      const uint8_t s = t.pair[(lanes_be64(a) << (pos & 7)) >> (64 - fmt::kMaxCodeLen)].sym[0];
-      *o = s;
-      pos += t.len_of[s];
-    }
-    pos_out[k] = pos;
-  }
+  for (int k = 0; k < N; ++k) pos_out[k] = finish_lane<4>(r[k], base[k], t, out + size_t(k) * count + count, limit);
 }
 
 // A lane is valid when it used exactly its bytes and its padding bits are zero.
@@ -250,8 +258,11 @@ size_t lanes_encode(const uint8_t* sym, uint32_t m, const HuffCode& code, int la
   return total;
 }
 
+// quartet: decodes four full lanes as decode_group<4> does (a kernel set's own; ahead: kernels.h).
+template <class Quartet = decltype(&decode_group<4>)>
 bool lanes_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, const DecodeTable& t, uint32_t m,
-                  uint8_t* out, const uint8_t* readable_end) {
+                  uint8_t* out, const uint8_t* readable_end, Quartet quartet = &decode_group<4>,
+                  Ahead* ahead = nullptr) {
   const uint32_t per = fmt::lane_elems(m, lanes);
   const uint8_t* limit = readable_end - 8;
   const uint8_t* base[fmt::kMaxLanes];
@@ -265,7 +276,7 @@ bool lanes_decode(const uint8_t* in, const uint16_t* lane_bytes, int lanes, cons
     const int n = lanes - k0 < 4 ? lanes - k0 : 4;
     uint64_t pos[4];
     if (n == 4 && lane_count(m, per, k0 + 3) == per && base[k0 + 3] + lane_bytes[k0 + 3] <= limit) {
-      decode_group<4>(base + k0, per, t, out + size_t(k0) * per, limit, pos);
+      quartet(base + k0, per, t, out + size_t(k0) * per, limit, pos, ahead);
     } else {
       for (int j = 0; j < n; ++j) {
         const int k = k0 + j;

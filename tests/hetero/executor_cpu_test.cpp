@@ -32,7 +32,8 @@ World make_world(const Layout& layout, const BoundaryPlan& plan, const BoundaryB
   w.destination.resize(n);
   const Module& src = layout.modules()[plan.source_module];
   for (int r = 0; r < n; ++r) {
-    w.source[r].assign(plan.source_bytes[r], 0);
+    // Rows outside the segments (the text and padding of the LLM's combined input) hold other data.
+    w.source[r].assign(plan.source_bytes[r], 0x5A);
     w.destination[r].assign(plan.destination_bytes[r], 0xEE);
     for (const BufferSegment& seg : buffer_segments(src, batch, r)) {
       for (std::int64_t row = seg.rows.begin; row < seg.rows.end; ++row) {
@@ -50,37 +51,59 @@ World make_world(const Layout& layout, const BoundaryPlan& plan, const BoundaryB
   return w;
 }
 
-// Empty when every destination byte equals the reference.
+// Empty when every destination buffer is its rank's slice of the undistributed reference: at each
+// buffer row the oracle (test_util.h, position by position from the layout rules) maps to an image
+// row, that row's bytes; every other byte (text and padding of the LLM's combined input) untouched.
 std::string check_arrived(const Layout& layout, const BoundaryPlan& plan, const BoundaryBatch& batch,
                           const World& w, std::uint64_t salt) {
   const Module& dst = layout.modules()[plan.destination_module];
   const Oracle need = make_oracle(layout, dst, batch);
+  const std::int64_t rb = batch.row_bytes();
   for (int r = 0; r < layout.world_size(); ++r) {
-    std::int64_t covered = 0, expect_offset = 0;
-    for (const BufferSegment& seg : buffer_segments(dst, batch, r)) {
-      if (seg.offset != expect_offset) return "segments of rank " + std::to_string(r) + " are not packed";
-      expect_offset += seg.rows.size() * batch.row_bytes();
-      for (std::int64_t row = seg.rows.begin; row < seg.rows.end; ++row) {
-        if (!need.has(r, seg.sample, row)) return "segment row not kept by rank " + std::to_string(r);
-        ++covered;
-        for (std::int64_t k = 0; k < batch.row_bytes(); ++k) {
-          const auto got = w.destination[r][seg.offset + (row - seg.rows.begin) * batch.row_bytes() + k];
-          if (got != reference_byte(seg.sample, row, k, salt)) {
-            return "rank " + std::to_string(r) + " sample " + std::to_string(seg.sample) + " row " +
-                   std::to_string(row) + " byte " + std::to_string(k) + " is wrong";
+    if (static_cast<std::int64_t>(w.destination[r].size()) != need.buffer_rows[r] * rb)
+      return "destination buffer size of rank " + std::to_string(r);
+    std::vector<char> image_row(need.buffer_rows[r], 0);
+    for (int s = 0; s < batch.num_samples(); ++s) {
+      for (std::size_t i = 0; i < need.keeps[r][s].size(); ++i) {
+        const std::int64_t row = need.keeps[r][s][i], at = need.index[r][s][i];
+        image_row[at] = 1;
+        for (std::int64_t k = 0; k < rb; ++k) {
+          if (w.destination[r][at * rb + k] != reference_byte(s, row, k, salt)) {
+            return "rank " + std::to_string(r) + " sample " + std::to_string(s) + " row " + std::to_string(row) +
+                   " (buffer row " + std::to_string(at) + ") byte " + std::to_string(k) + " is wrong";
           }
         }
       }
     }
-    if (covered != need.buffer_rows[r]) return "segments of rank " + std::to_string(r) + " miss rows";
+    for (std::int64_t at = 0; at < need.buffer_rows[r]; ++at) {
+      for (std::int64_t k = 0; k < rb && !image_row[at]; ++k) {
+        if (w.destination[r][at * rb + k] != 0xEE)
+          return "rank " + std::to_string(r) + " buffer row " + std::to_string(at) + " (text or padding) was written";
+      }
+    }
+    // buffer_segments (what callers use) says the same as the oracle.
+    std::int64_t covered = 0;
+    for (const BufferSegment& seg : buffer_segments(dst, batch, r)) {
+      for (std::int64_t row = seg.rows.begin; row < seg.rows.end; ++row, ++covered) {
+        if (!need.has(r, seg.sample, row) ||
+            need.position(r, seg.sample, row) * rb != seg.offset + (row - seg.rows.begin) * rb) {
+          return "buffer_segments of rank " + std::to_string(r) + " disagree with the oracle";
+        }
+      }
+    }
+    std::int64_t kept = 0;
+    for (const auto& rows : need.keeps[r]) kept += static_cast<std::int64_t>(rows.size());
+    if (covered != kept) return "buffer_segments of rank " + std::to_string(r) + " miss rows";
+    if (buffer_bytes(dst, batch, r) != need.buffer_rows[r] * rb) return "buffer_bytes of rank " + std::to_string(r);
   }
   return "";
 }
 
 TEST(HeteroExecutorCpu, ForwardAndBackwardDeliverTheReference) {
   std::mt19937_64 rng(99);
+  int combined[3] = {0, 0, 0};  // image-only, thd, bshd cases
   for (int i = 0; i < 600; ++i) {
-    Case c = random_case(rng, 40);
+    Case c = random_case(rng, 40, true);
     Layout layout(c.spec);
     const int e = static_cast<int>(rng() % layout.num_encoders());
     for (Strategy st : {Strategy::direct, Strategy::scatter_allgather}) {
@@ -93,7 +116,10 @@ TEST(HeteroExecutorCpu, ForwardAndBackwardDeliverTheReference) {
             << "case " << i << " " << direction_name(dir) << " " << strategy_name(st) << ": " << c.describe();
       }
     }
+    ++combined[static_cast<int>(c.batch.llm_sequence.format)];
   }
+  EXPECT_GT(combined[1], 100);
+  EXPECT_GT(combined[2], 100);
 }
 
 // Adjointness on the logical tensor: F moves X (encoder layout) to the LLM layout, G moves Y back.
@@ -103,7 +129,7 @@ TEST(HeteroExecutorCpu, ForwardAndBackwardDeliverTheReference) {
 TEST(HeteroExecutorCpu, BackwardIsTheAdjointOfForward) {
   std::mt19937_64 rng(5);
   for (int i = 0; i < 150; ++i) {
-    Case c = random_case(rng, 32);
+    Case c = random_case(rng, 32, true);
     c.batch.element_size = 8;  // one double per element
     Layout layout(c.spec);
     const BoundaryPlan fwd = plan_forward(layout, 0, c.batch), bwd = plan_backward(layout, 0, c.batch);
@@ -161,7 +187,7 @@ TEST(HeteroExecutorCpu, BackwardIsTheAdjointOfForward) {
 TEST(HeteroExecutorCpu, SchedulesAgreeRankByRank) {
   std::mt19937_64 rng(17);
   for (int i = 0; i < 100; ++i) {
-    Case c = random_case(rng, 40);
+    Case c = random_case(rng, 40, true);
     Layout layout(c.spec);
     const BoundaryPlan plan = plan_forward(layout, 0, c.batch, PlanOptions{Strategy::scatter_allgather});
     const std::vector<RankSchedule> all = make_all_schedules(plan);

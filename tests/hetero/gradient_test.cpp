@@ -216,7 +216,7 @@ TEST(HeteroGradient, TakeOneCopyEqualsTheUndistributedGradient) {
 TEST(HeteroGradient, RandomLayouts) {
   std::mt19937_64 rng(77);
   for (int i = 0; i < 200; ++i) {
-    Case c = random_case(rng, 24);
+    Case c = random_case(rng, 24, true);
     Layout layout(c.spec);
     const Outcome o = run_model(layout, c.batch.tokens, rng, Gradients::all_reduced,
                                 i % 2 ? Strategy::direct : Strategy::scatter_allgather);

@@ -2,7 +2,9 @@
 // its own host (distinct NCCL_HOSTID) so that NCCL accepts them in one communicator. Each process
 // splits the layout's communicators from the world communicator (ncclCommSplit), runs forward and
 // backward plans with grouped ncclSend/ncclRecv, and compares its destination buffer byte for byte
-// with what the CPU executor produces for the same plan.
+// with what the CPU executor produces for the same plan. Then, per layout, a 1F1B iteration of four
+// micro-batches with NcclBoundaryStep (forward and backward plans of different micro-batches in one
+// grouped call per wave, pipeline.h), each destination compared with the CPU executor likewise.
 //
 // Without a GPU the test skips. Build needs CUDA and NCCL (zipccl::hetero_nccl), so this file is
 // also the check that executor_nccl.h compiles and links.
@@ -14,8 +16,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 #include "zipccl/hetero/executor_cpu.h"
@@ -87,6 +91,86 @@ std::vector<unsigned char> source_of(const Layout& layout, const BoundaryPlan& p
     }                                                                               \
   } while (0)
 
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+// One plan's buffers of this rank on the device (source uploaded, destination poisoned), and what
+// the CPU executor delivers to this rank for the same plan.
+class DevicePlan {
+ public:
+  DevicePlan(const Layout& layout, const BoundaryPlan& plan, const BoundaryBatch& batch, int rank,
+             std::uint64_t salt) {
+    const int world = layout.world_size();
+    std::vector<std::vector<unsigned char>> src(world), dst(world);
+    std::vector<HostBuffers> bufs(world);
+    for (int r = 0; r < world; ++r) {
+      src[r] = source_of(layout, plan, batch, r, salt);
+      dst[r].assign(plan.destination_bytes[r], 0xEE);
+      bufs[r] = HostBuffers{src[r].data(), dst[r].data(), src[r].size(), dst[r].size()};
+    }
+    execute_cpu(plan, bufs, 1);
+    source_size_ = src[rank].size();
+    expect_ = std::move(dst[rank]);
+    cuda_check(cudaMalloc(&source_, source_size_ + 1), "cudaMalloc");
+    cuda_check(cudaMalloc(&destination_, expect_.size() + 1), "cudaMalloc");
+    cuda_check(cudaMemcpy(source_, src[rank].data(), source_size_, cudaMemcpyHostToDevice), "upload");
+    cuda_check(cudaMemset(destination_, 0xEE, expect_.size()), "cudaMemset");
+  }
+  ~DevicePlan() {
+    cudaFree(source_);
+    cudaFree(destination_);
+  }
+  DevicePlan(const DevicePlan&) = delete;
+  DevicePlan& operator=(const DevicePlan&) = delete;
+
+  PlanBuffers buffers() const { return PlanBuffers{source_, destination_, source_size_, expect_.size()}; }
+  // Once the stream has run the plan: whether the destination equals the CPU executor's.
+  bool matches() const {
+    std::vector<unsigned char> got(expect_.size());
+    cuda_check(cudaMemcpy(got.data(), destination_, got.size(), cudaMemcpyDeviceToHost), "download");
+    return got == expect_;
+  }
+
+ private:
+  void* source_ = nullptr;
+  void* destination_ = nullptr;
+  std::size_t source_size_ = 0;
+  std::vector<unsigned char> expect_;
+};
+
+// 1F1B across the boundary with NcclBoundaryStep: four micro-batches of different token counts, the
+// strategies alternating, paired in steps as boundary_1f1b orders them for two LLM stages (F0, F1,
+// F2+B0, F3+B1, B2, B3); every destination is compared with the CPU executor, plan by plan.
+bool pipeline_matches(int rank, const Layout& layout, ncclComm_t comm, const RankList& members,
+                      cudaStream_t stream, std::uint64_t salt) {
+  constexpr int kMicro = 4;
+  std::vector<BoundaryPlan> fwd, bwd;
+  std::deque<DevicePlan> fwd_data, bwd_data;
+  for (int i = 0; i < kMicro; ++i) {
+    const BoundaryBatch batch{{5 + i, 3, i, 7, 6 - i, 2, 9, 4 + i, 1, 8, 3, 5}, 24, 2};
+    const Strategy a = i % 2 ? Strategy::direct : Strategy::scatter_allgather;
+    const Strategy b = i % 2 ? Strategy::scatter_allgather : Strategy::direct;
+    fwd.push_back(plan_forward(layout, 0, batch, PlanOptions{a}));
+    bwd.push_back(plan_backward(layout, 0, batch, PlanOptions{b}));
+    fwd_data.emplace_back(layout, fwd.back(), batch, rank, salt + 2 * i);
+    bwd_data.emplace_back(layout, bwd.back(), batch, rank, salt + 2 * i + 1);
+  }
+  for (const BoundaryTick& t : boundary_1f1b(kMicro, 2)) {
+    const NcclBoundaryStep step(t.forward >= 0 ? &fwd[t.forward] : nullptr,
+                                t.backward >= 0 ? &bwd[t.backward] : nullptr, comm, members);
+    StepBuffers buffers;
+    if (t.forward >= 0) buffers.forward = fwd_data[t.forward].buffers();
+    if (t.backward >= 0) buffers.backward = bwd_data[t.backward].buffers();
+    if (!step.empty()) step.run(buffers, stream);
+  }
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  for (int i = 0; i < kMicro; ++i) {
+    if (!fwd_data[i].matches() || !bwd_data[i].matches()) return false;
+  }
+  return true;
+}
+
 int worker(int rank, const std::string& dir) {
   ncclUniqueId id;
   const std::string id_path = dir + "/nccl_id";
@@ -112,53 +196,42 @@ int worker(int rank, const std::string& dir) {
   cudaStream_t stream;
   WORKER_CHECK(cudaStreamCreate(&stream) == cudaSuccess, "cudaStreamCreate failed");
   const BoundaryBatch batch{{5, 3, 0, 7, 6, 2, 9, 4, 1, 8, 3, 5}, 24, 2};
-  int checks = 0;
+  int checks = 0, pipelines = 0;
   RankList everyone;
   for (int r = 0; r < kWorld; ++r) everyone.push_back(r);
-  for (const GpuCase& c : cases()) {
+  const std::vector<GpuCase> all = cases();
+  for (std::size_t n = 0; n < all.size(); ++n) {
+    const GpuCase& c = all[n];
     Layout layout(c.spec);
     NcclGroups groups(world, layout);
+    ncclComm_t comm = c.world_comm ? world : groups.boundary(0);
+    if (comm == nullptr) continue;  // not at this boundary
+    const RankList& members = c.world_comm ? everyone : groups.boundary_members(0);
     for (Direction dir : {Direction::forward, Direction::backward}) {
       const BoundaryPlan plan = plan_boundary(layout, 0, batch, dir, PlanOptions{c.strategy});
-      const std::uint64_t salt = 1000 * checks + 17;
-      // What the CPU executor delivers to this rank.
-      std::vector<std::vector<unsigned char>> src(kWorld), dst(kWorld);
-      std::vector<HostBuffers> bufs(kWorld);
-      for (int r = 0; r < kWorld; ++r) {
-        src[r] = source_of(layout, plan, batch, r, salt);
-        dst[r].assign(plan.destination_bytes[r], 0xEE);
-        bufs[r] = HostBuffers{src[r].data(), dst[r].data(), src[r].size(), dst[r].size()};
-      }
-      execute_cpu(plan, bufs, 1);
-
-      ncclComm_t comm = c.world_comm ? world : groups.boundary(0);
-      if (comm == nullptr) continue;  // not at this boundary
-      const NcclBoundaryExecutor ex(plan, comm, c.world_comm ? everyone : groups.boundary_members(0));
-      void *d_src = nullptr, *d_dst = nullptr;
-      const std::size_t ns = src[rank].size(), nd = dst[rank].size();
-      WORKER_CHECK(cudaMalloc(&d_src, ns + 1) == cudaSuccess && cudaMalloc(&d_dst, nd + 1) == cudaSuccess,
-                   "cudaMalloc failed");
-      WORKER_CHECK(cudaMemcpy(d_src, src[rank].data(), ns, cudaMemcpyHostToDevice) == cudaSuccess,
-                   "upload failed");
-      WORKER_CHECK(cudaMemset(d_dst, 0xEE, nd) == cudaSuccess, "cudaMemset failed");
-      ex.run(d_src, ns, d_dst, nd, stream);
+      // The same salt on every rank: each compares against sources the others uploaded.
+      const DevicePlan data(layout, plan, batch, rank, 1000 * n + 17 + (dir == Direction::backward));
+      const NcclBoundaryExecutor ex(plan, comm, members);
+      const PlanBuffers b = data.buffers();
+      ex.run(b.source, b.source_size, b.destination, b.destination_size, stream);
       WORKER_CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "stream failed");
-      std::vector<unsigned char> got(nd);
-      WORKER_CHECK(cudaMemcpy(got.data(), d_dst, nd, cudaMemcpyDeviceToHost) == cudaSuccess,
-                   "download failed");
-      cudaFree(d_src);
-      cudaFree(d_dst);
-      if (got != dst[rank]) {
+      if (!data.matches()) {
         std::fprintf(stderr, "rank %d: %s %s: NCCL result differs from the CPU executor\n", rank, c.name,
                      direction_name(dir));
         return 1;
       }
       ++checks;
     }
+    if (!pipeline_matches(rank, layout, comm, members, stream, 1000 * n + 500)) {
+      std::fprintf(stderr, "rank %d: %s: 1F1B steps differ from the CPU executor\n", rank, c.name);
+      return 1;
+    }
+    ++pipelines;
   }
   cudaStreamDestroy(stream);
   ncclCommDestroy(world);
-  std::fprintf(stderr, "rank %d: %d plans match the CPU executor\n", rank, checks);
+  std::fprintf(stderr, "rank %d: %d plans and %d 1F1B iterations match the CPU executor\n", rank, checks,
+               pipelines);
   return 0;
 }
 

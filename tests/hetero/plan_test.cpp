@@ -162,9 +162,11 @@ std::string check_balance(const Layout& layout, const BoundaryBatch& batch, cons
 TEST(HeteroPlan, RandomLayoutsMeetTheContract) {
   std::mt19937_64 rng(20240601);
   int cases = 0, relayed = 0, colocated = 0;
+  std::map<std::tuple<int, bool, bool>, int> inputs;  // (format, LLM sp, LLM cp > 1) -> cases
   for (int i = 0; i < 2500; ++i) {
-    Case c = random_case(rng);
+    Case c = random_case(rng, 48, true);
     Layout layout(c.spec);
+    ++inputs[{static_cast<int>(c.batch.llm_sequence.format), layout.llm().sequence_parallel(), layout.llm().cp() > 1}];
     for (int e = 0; e < layout.num_encoders(); ++e) {
       colocated += layout.colocated(e);
       for (Strategy st : {Strategy::direct, Strategy::scatter_allgather}) {
@@ -180,6 +182,12 @@ TEST(HeteroPlan, RandomLayoutsMeetTheContract) {
       }
     }
   }
+  // Every LLM input format meets every combination of sequence parallelism and context parallelism.
+  for (int f : {0, 1, 2}) {
+    for (bool sp : {false, true}) {
+      for (bool cp : {false, true}) EXPECT_GT((inputs[{f, sp, cp}]), 40) << f << sp << cp;
+    }
+  }
   EXPECT_GT(relayed, 500);  // the generator reaches both strategies' interesting paths
   EXPECT_GT(colocated, 300);
   EXPECT_GT(cases, 10000);
@@ -192,7 +200,7 @@ TEST(HeteroPlan, AutomaticKeepsTheLighterPlan) {
   std::mt19937_64 rng(31);
   int relay_chosen = 0, direct_chosen = 0;
   for (int i = 0; i < 400; ++i) {
-    Case c = random_case(rng);
+    Case c = random_case(rng, 48, true);
     Layout layout(c.spec);
     for (Direction dir : {Direction::forward, Direction::backward}) {
       const BoundaryPlan a = plan_boundary(layout, 0, c.batch, dir, PlanOptions{Strategy::automatic});
@@ -215,7 +223,7 @@ TEST(HeteroPlan, AutomaticKeepsTheLighterPlan) {
 TEST(HeteroPlan, BackwardReturnsToEveryProducer) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 300; ++i) {
-    Case c = random_case(rng);
+    Case c = random_case(rng, 48, true);
     Layout layout(c.spec);
     const BoundaryPlan fwd = plan_forward(layout, 0, c.batch);
     const BoundaryPlan bwd = plan_backward(layout, 0, c.batch);
@@ -422,8 +430,9 @@ TEST(HeteroPlan, RelayNeverAboveLeaderBroadcast) {
   std::mt19937_64 rng(20260);
   int cases = 0, relay_kept = 0;
   for (int i = 0; i < 1500; ++i) {
-    Case c = random_case(rng);
+    Case c = random_case(rng, 48, true);
     for (auto& t : c.batch.tokens) t = t * 97 + static_cast<std::int64_t>(rng() % 97);
+    if (c.batch.llm_sequence.format != SequenceFormat::image_only) random_sequence(rng, c.batch);
     const Layout layout(c.spec);
     for (int e = 0; e < layout.num_encoders(); ++e) {
       for (Direction dir : {Direction::forward, Direction::backward}) {
@@ -564,6 +573,150 @@ TEST(HeteroPlan, TransferLimitStopsEarly) {
   EXPECT_NO_THROW(plan_forward(layout, 0, batch, options));
   options.max_transfers -= 1;
   EXPECT_THROW(plan_forward(layout, 0, batch, options), LimitError);
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 22 item 1, by hand: the LLM (tp2 sp, cp2, ranks 4-7) takes the combined sequence. Sample 0:
+// 10 positions, an image of 4 tokens at position 3; sample 1: 5 positions, 2 tokens at 1. Default
+// padding: 2*cp*tp = 8, so 16 and 8 positions, chunks of 4 and 2.
+struct Seg {
+  int sample;
+  std::int64_t begin, end, buffer_row;
+  bool operator==(const Seg& o) const {
+    return sample == o.sample && begin == o.begin && end == o.end && buffer_row == o.buffer_row;
+  }
+};
+std::vector<Seg> segs(const Module& m, const BoundaryBatch& b, int rank) {
+  std::vector<Seg> out;
+  for (const BufferSegment& s : buffer_segments(m, b, rank))
+    out.push_back(Seg{s.sample, s.rows.begin, s.rows.end, s.offset / b.row_bytes()});
+  return out;
+}
+
+TEST(HeteroSequence, CombinedLayoutsByHand) {
+  LayoutSpec spec;
+  spec.world_size = 8;
+  spec.llm = ModuleSpec{"llm", 2, 2, 1, 0, true, 4, 4};
+  spec.encoders.push_back(ModuleSpec{"vision", 1, 1, 1, 0, false, 0, 4});
+  const Layout layout(spec);
+  BoundaryBatch batch{{4, 2}, 1, 1};
+  batch.llm_sequence.format = SequenceFormat::thd;
+  batch.llm_sequence.length = {10, 5};
+  batch.llm_sequence.images = {{{3, 4}}, {{1, 2}}};
+  const Module& llm = layout.llm();
+  EXPECT_EQ(sequence_pad_multiple(llm, batch), 8);
+  EXPECT_EQ(thd_cu_seqlens(llm, batch, 0), (std::vector<std::int64_t>{0, 16, 24}));
+  // Packed, cp rank 0 keeps positions 0-3, 12-15 of sample 0 and 0-1, 6-7 of sample 1 (12 rows),
+  // cp rank 1 keeps 4-11 and 2-5; tp cuts each packed local sequence in halves of 6.
+  EXPECT_EQ(segs(llm, batch, 4), (std::vector<Seg>{{0, 0, 1, 3}}));  // position 3
+  EXPECT_EQ(segs(llm, batch, 5), (std::vector<Seg>{{1, 0, 1, 3}}));  // [s0 14,15, s1 0,1,6,7]: s1 pos 1
+  EXPECT_EQ(segs(llm, batch, 6), (std::vector<Seg>{{0, 1, 4, 0}}));  // positions 4-6
+  EXPECT_EQ(segs(llm, batch, 7), (std::vector<Seg>{{1, 1, 2, 2}}));  // [s0 10,11, s1 2-5]: s1 pos 2
+  for (int r = 4; r < 8; ++r) EXPECT_EQ(buffer_bytes(llm, batch, r), 6);
+  // Padded [b=2, s=16]: cp 0 keeps 0-3, 12-15 of each sample, tp 0 the first 4 of those.
+  batch.llm_sequence.format = SequenceFormat::bshd;
+  EXPECT_EQ(segs(llm, batch, 4), (std::vector<Seg>{{0, 0, 1, 3}, {1, 0, 2, 5}}));
+  EXPECT_EQ(segs(llm, batch, 5), (std::vector<Seg>{}));
+  EXPECT_EQ(segs(llm, batch, 6), (std::vector<Seg>{{0, 1, 4, 0}}));
+  EXPECT_EQ(segs(llm, batch, 7), (std::vector<Seg>{}));
+  for (int r = 4; r < 8; ++r) EXPECT_EQ(buffer_bytes(llm, batch, r), 8);
+  batch.llm_sequence.padded_length = 24;  // chunks of 6: cp 0 keeps 0-5 and 18-23
+  EXPECT_EQ(segs(llm, batch, 4), (std::vector<Seg>{{0, 0, 3, 3}, {1, 0, 2, 7}}));
+  EXPECT_EQ(segs(llm, batch, 6), (std::vector<Seg>{{0, 3, 4, 0}}));  // position 6 of 6-17
+  // Each image row goes to exactly the ranks holding its position; the backward returns just those.
+  for (SequenceFormat f : {SequenceFormat::thd, SequenceFormat::bshd}) {
+    batch.llm_sequence.format = f;
+    batch.llm_sequence.padded_length = 0;
+    for (Direction dir : {Direction::forward, Direction::backward}) {
+      for (Strategy st : {Strategy::direct, Strategy::scatter_allgather}) {
+        const BoundaryPlan p = plan_boundary(layout, 0, batch, dir, PlanOptions{st});
+        EXPECT_EQ(check_plan(layout, batch, p), "");
+        EXPECT_EQ(check_balance(layout, batch, p), "");
+        std::int64_t moved = 0;
+        for (const Transfer& t : p.phases[0]) moved += t.bytes;
+        EXPECT_EQ(moved, 6);  // every image row once: no tp replication with sp
+      }
+    }
+  }
+}
+
+// Without sequence parallelism every tp rank holds its cp rank's whole packed slice (text included).
+TEST(HeteroSequence, ReplicatedTpTakesTheWholeSlice) {
+  LayoutSpec spec;
+  spec.world_size = 6;
+  spec.llm = ModuleSpec{"llm", 4, 1, 1, 0, false, 2, 4};
+  spec.encoders.push_back(ModuleSpec{"vision", 1, 1, 1, 0, false, 0, 2});
+  const Layout layout(spec);
+  BoundaryBatch batch{{3, 5}, 2, 2};
+  batch.llm_sequence.format = SequenceFormat::thd;
+  batch.llm_sequence.length = {7, 9};
+  batch.llm_sequence.images = {{{0, 1}, {4, 2}}, {{2, 5}}};
+  for (int r = 2; r < 6; ++r) {
+    EXPECT_EQ(segs(layout.llm(), batch, r), (std::vector<Seg>{{0, 0, 1, 0}, {0, 1, 3, 4}, {1, 0, 5, 9}}));
+    EXPECT_EQ(buffer_bytes(layout.llm(), batch, r), 16 * 4);
+  }
+  const BoundaryPlan p = plan_forward(layout, 0, batch, PlanOptions{Strategy::scatter_allgather});
+  EXPECT_EQ(check_plan(layout, batch, p), "");
+  EXPECT_EQ(summarize(p, layout).max_received, 8 * 4);
+}
+
+TEST(HeteroSequence, BadSequencesAreRejected) {
+  auto message = [](const LlmSequence& q, std::vector<std::int64_t> tokens = {4, 2}) {
+    BoundaryBatch b{std::move(tokens), 1, 1};
+    b.llm_sequence = q;
+    try {
+      validate_batch(b);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  LlmSequence q;
+  q.format = SequenceFormat::thd;
+  q.length = {10, 5};
+  q.images = {{{3, 4}}, {{1, 2}}};
+  EXPECT_EQ(message(q), "no error");
+  LlmSequence bad = q;
+  bad.length = {10};
+  EXPECT_EQ(message(bad), "thd input: 1 sequence lengths and 2 image lists for 2 samples");
+  bad = q;
+  bad.images[1] = {{4, 2}};
+  EXPECT_EQ(message(bad), "sample 1: image 0 (offset 4, 2 tokens) ends past the sequence length 5");
+  bad = q;
+  bad.images[0] = {{3, 2}, {4, 2}};
+  EXPECT_EQ(message(bad), "sample 0: image 1 (offset 4, 2 tokens) starts before the previous image ends (5)");
+  bad = q;
+  bad.images[0] = {{3, 3}};
+  EXPECT_EQ(message(bad), "sample 0: its images hold 3 tokens, the batch says 4");
+  bad = q;
+  bad.format = SequenceFormat::bshd;
+  bad.padded_length = 8;
+  EXPECT_EQ(message(bad), "sample 0: sequence length 10 exceeds the padded length 8");
+  bad.format = SequenceFormat::thd;
+  EXPECT_EQ(message(bad), "thd input: a padded length (8) is for bshd only, and must be positive");
+  bad = q;
+  bad.length = {INT64_MAX, 5};
+  bad.images[0] = {{INT64_MAX - 4, 4}};
+  EXPECT_EQ(message(bad), "the combined sequence lengths: 9223372036854775807 + 5 overflows 64 bits");
+  // Padding that overflows is reported when the LLM's slice is computed.
+  LayoutSpec spec;
+  spec.world_size = 2;
+  spec.llm.cp = 2;
+  spec.encoders.push_back(ModuleSpec{"v"});
+  const Layout layout(spec);
+  BoundaryBatch b{{4}, 1, 1};
+  b.llm_sequence.format = SequenceFormat::thd;
+  b.llm_sequence.length = {INT64_MAX - 1};
+  b.llm_sequence.images = {{{0, 4}}};
+  try {
+    plan_forward(layout, 0, b);
+    ADD_FAILURE();
+  } catch (const BatchError& e) {
+    EXPECT_EQ(std::string(e.what()), "sequence length 9223372036854775806 padded to a multiple of 4 overflows 64 bits");
+  }
 }
 
 }  // namespace

@@ -36,6 +36,16 @@ struct Case {
       s += std::string(a == &batch.llm_assignment ? " llm " : " encoder ") + assignment_rule_name(a->rule);
       for (std::size_t i = 0; i < a->replica.size(); ++i) s += (i ? "," : " ") + std::to_string(a->replica[i]);
     }
+    const LlmSequence& q = batch.llm_sequence;
+    if (q.format != SequenceFormat::image_only) {
+      s += std::string(" llm input ") + sequence_format_name(q.format) + " pad " + std::to_string(q.pad_multiple) +
+           " padded " + std::to_string(q.padded_length) + " [";
+      for (std::size_t i = 0; i < q.length.size(); ++i) {
+        s += (i ? "; " : "") + std::to_string(q.length[i]) + ":";
+        for (const ImageSpan& im : q.images[i]) s += " " + std::to_string(im.offset) + "+" + std::to_string(im.tokens);
+      }
+      s += "]";
+    }
     return s;
   }
 };
@@ -69,7 +79,38 @@ inline int random_module(std::mt19937_64& rng, ModuleSpec& m, int ranks, int max
   }
 }
 
-inline Case random_case(std::mt19937_64& rng, int max_ranks = 48) {
+// The LLM's combined input (thd or bshd): each sample's tokens split into 0-3 images with text
+// before, between and after them; sometimes a pad multiple or (bshd) a fixed padded length.
+inline void random_sequence(std::mt19937_64& rng, BoundaryBatch& batch) {
+  LlmSequence& q = batch.llm_sequence;
+  q.format = rng() % 2 ? SequenceFormat::thd : SequenceFormat::bshd;
+  q.length.clear();
+  q.images.clear();
+  std::int64_t longest = 0;
+  for (std::int64_t tokens : batch.tokens) {
+    std::vector<ImageSpan> images;
+    const int count = tokens == 0 ? static_cast<int>(rng() % 2) : 1 + static_cast<int>(rng() % 3);
+    std::int64_t left = tokens, at = 0;
+    for (int i = 0; i < count; ++i) {
+      at += rng() % 3 == 0 ? 0 : static_cast<std::int64_t>(rng() % 5);  // text before the image
+      const std::int64_t n = i + 1 == count ? left : static_cast<std::int64_t>(rng() % (left + 1));
+      images.push_back(ImageSpan{at, n});
+      at += n;
+      left -= n;
+    }
+    at += static_cast<std::int64_t>(rng() % 5);
+    q.length.push_back(at);
+    q.images.push_back(images);
+    longest = std::max(longest, at);
+  }
+  q.pad_multiple = rng() % 3 == 0 ? pick(rng, {1, 3, 4, 6}) : 0;
+  q.padded_length = q.format == SequenceFormat::bshd && rng() % 3 == 0 ? longest + rng() % 5 : 0;
+}
+
+// With llm_inputs, half the cases give the LLM a combined thd/bshd input (random_sequence); without
+// it the random stream and the cases are those of the image-only layouts (callers that change the
+// token counts afterwards need that).
+inline Case random_case(std::mt19937_64& rng, int max_ranks = 48, bool llm_inputs = false) {
   Case c;
   const int encoders = rng() % 4 == 0 ? 2 : 1;
   c.spec.llm.name = "llm";
@@ -132,6 +173,7 @@ inline Case random_case(std::mt19937_64& rng, int max_ranks = 48) {
   };
   c.batch.encoder_assignment = random_assignment(encoder_dp);
   c.batch.llm_assignment = random_assignment(dp_of(c.spec.llm));
+  if (llm_inputs && rng() % 2 == 0) random_sequence(rng, c.batch);
   return c;
 }
 
@@ -204,30 +246,113 @@ inline std::vector<int> oracle_replicas(const Module& m, const BoundaryBatch& ba
   return out;
 }
 
-// keeps[rank][sample] = the rows of that sample the rank keeps at the module's boundary (sorted).
+// keeps[rank][sample] = the rows of that sample the rank keeps at the module's boundary (sorted),
+// index[rank][sample] = the buffer row of each.
 struct Oracle {
-  std::vector<std::vector<std::vector<std::int64_t>>> keeps;
-  std::vector<std::int64_t> buffer_rows;  // per rank
+  std::vector<std::vector<std::vector<std::int64_t>>> keeps, index;
+  std::vector<std::int64_t> buffer_rows;  // per rank: the whole buffer (text and padding included)
 
   bool has(int rank, int s, std::int64_t row) const {
     const auto& v = keeps[rank][s];
     return std::binary_search(v.begin(), v.end(), row);
   }
-  // Rows before (s, row) in the rank's sample-major buffer.
+  // The buffer row of (s, row), which the rank keeps.
   std::int64_t position(int rank, int s, std::int64_t row) const {
-    std::int64_t pos = 0;
-    for (int t = 0; t < s; ++t) pos += static_cast<std::int64_t>(keeps[rank][t].size());
     const auto& v = keeps[rank][s];
-    return pos + (std::lower_bound(v.begin(), v.end(), row) - v.begin());
+    return index[rank][s][std::lower_bound(v.begin(), v.end(), row) - v.begin()];
   }
 };
+
+// For the LLM's combined input: at[position] = the image row there, -1 for text and padding.
+inline std::vector<std::int64_t> image_row_at(const LlmSequence& q, int s, std::int64_t padded) {
+  std::vector<std::int64_t> at(padded, -1);
+  std::int64_t row = 0;
+  for (const ImageSpan& im : q.images[s]) {
+    for (std::int64_t k = 0; k < im.tokens; ++k) at[im.offset + k] = row++;
+  }
+  return at;
+}
+
+// Whether cp rank c keeps position p of a sequence of P positions cut into 2*cp chunks (zigzag).
+inline bool cp_keeps(std::int64_t P, int cp, int c, std::int64_t p) {
+  const std::int64_t k = 2 * cp;
+  std::int64_t chunk = 0;
+  while ((chunk + 1) * P / k <= p) ++chunk;
+  return chunk == c || chunk == k - 1 - c;
+}
+
+// The combined input (thd/bshd) rank r keeps, position by position, from the rules in batch.h.
+inline void combined_oracle(const Module& m, const BoundaryBatch& batch, const std::vector<int>& samples,
+                            const Coords& c, Oracle& o, int r) {
+  const LlmSequence& q = batch.llm_sequence;
+  std::int64_t mult = q.pad_multiple;
+  if (mult == 0) mult = (m.cp() > 1 ? 2 * m.cp() : 1) * (m.sequence_parallel() ? m.tp() : 1);
+  auto pad = [&](std::int64_t n) { return (n + mult - 1) / mult * mult; };
+  struct Slot {
+    int sample;
+    std::int64_t position;
+  };
+  auto window = [&](std::int64_t local, std::int64_t& from, std::int64_t& to) {
+    from = m.sequence_parallel() ? c.tp * local / m.tp() : 0;
+    to = m.sequence_parallel() ? (c.tp + 1) * local / m.tp() : local;
+  };
+  auto keep = [&](int s, std::int64_t row, std::int64_t at) {
+    if (row < 0) return;
+    o.keeps[r][s].push_back(row);
+    o.index[r][s].push_back(at);
+  };
+  std::int64_t from = 0, to = 0;
+  if (q.format == SequenceFormat::thd) {
+    std::vector<Slot> local;  // the packed local sequence of this cp rank
+    for (int s : samples) {
+      const std::int64_t P = pad(q.length[s]);
+      for (std::int64_t p = 0; p < P; ++p) {
+        if (cp_keeps(P, m.cp(), c.cp, p)) local.push_back(Slot{s, p});
+      }
+    }
+    window(static_cast<std::int64_t>(local.size()), from, to);
+    for (std::int64_t i = from; i < to; ++i) {
+      const Slot& x = local[i];
+      keep(x.sample, image_row_at(q, x.sample, pad(q.length[x.sample]))[x.position], i - from);
+    }
+    o.buffer_rows[r] = to - from;
+    return;
+  }
+  std::int64_t S = q.padded_length;
+  if (S == 0) {
+    for (int s : samples) S = std::max(S, pad(q.length[s]));
+  }
+  std::vector<std::int64_t> positions;
+  for (std::int64_t p = 0; p < S; ++p) {
+    if (cp_keeps(S, m.cp(), c.cp, p)) positions.push_back(p);
+  }
+  window(static_cast<std::int64_t>(positions.size()), from, to);
+  for (std::size_t b = 0; b < samples.size(); ++b) {
+    const std::vector<std::int64_t> at = image_row_at(q, samples[b], S);
+    for (std::int64_t i = from; i < to; ++i) keep(samples[b], at[positions[i]], b * (to - from) + i - from);
+  }
+  o.buffer_rows[r] = static_cast<std::int64_t>(samples.size()) * (to - from);
+}
 
 inline Oracle make_oracle(const Layout& layout, const Module& m, const BoundaryBatch& batch) {
   Oracle o;
   const int n = batch.num_samples();
   o.keeps.assign(layout.world_size(), std::vector<std::vector<std::int64_t>>(n));
+  o.index = o.keeps;
   o.buffer_rows.assign(layout.world_size(), 0);
   const std::vector<int> replica = oracle_replicas(m, batch);
+  if (m.role() == Role::llm && batch.llm_sequence.format != SequenceFormat::image_only) {
+    for (int r = m.first_rank(); r < m.end_rank(); ++r) {
+      const Coords c = m.coords(r);
+      if (c.pp != m.boundary_stage()) continue;
+      std::vector<int> samples;
+      for (int s = 0; s < n; ++s) {
+        if (replica[s] == c.dp) samples.push_back(s);
+      }
+      combined_oracle(m, batch, samples, c, o, r);
+    }
+    return o;
+  }
   for (int s = 0; s < n; ++s) {
     const std::vector<Keeper> who = keepers(m, batch.tokens[s]);
     const int d = replica[s];
@@ -237,7 +362,7 @@ inline Oracle make_oracle(const Layout& layout, const Module& m, const BoundaryB
       for (std::int64_t row = 0; row < batch.tokens[s]; ++row) {
         if (who[row].cp == c.cp && (who[row].tp == -1 || who[row].tp == c.tp)) {
           o.keeps[r][s].push_back(row);
-          ++o.buffer_rows[r];
+          o.index[r][s].push_back(o.buffer_rows[r]++);  // samples ascending: packed sample-major
         }
       }
     }

@@ -1,27 +1,26 @@
 // Helper process for the fault tests: a peer that streams 16 MiB messages through the plugin until
 // it is killed.  plugin_peer send <hex handle>   |   plugin_peer recv   (prints its handle)
-#include <dlfcn.h>
-
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "nccl/net_v9.h"
+#include "zipccl/net_client.h"
 
 static void quiet_logger(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...) {}
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
-  void* lib = dlopen(ZIPCCL_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  void* lib = zipccl_net_dlopen(ZIPCCL_PLUGIN_PATH, nullptr, 0, nullptr, 0);
   if (!lib) return 3;
-  auto* net = static_cast<const ncclNet_v9_t*>(dlsym(lib, "ncclNetPlugin_v9"));
-  if (!net || net->init(quiet_logger) != ncclSuccess) return 4;
+  auto net = zipccl::net_client::load_version(lib, 9);
+  void* ctx = nullptr;
+  if (!net || net->init(&ctx, 0, nullptr, quiet_logger, nullptr) != ncclSuccess) return 4;
   const size_t kSize = 16 << 20;
   std::vector<unsigned char> buf(kSize);
   for (size_t i = 0; i < kSize; ++i) buf[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  ncclNetDeviceHandle_v9_t* dh = nullptr;
+  zipccl::net_client::DeviceHandle* dh = nullptr;
   if (!std::strcmp(argv[1], "send") && argc == 3) {
     if (std::strlen(argv[2]) != 2 * sizeof handle) return 5;
     for (size_t i = 0; i < sizeof handle; ++i) {
@@ -31,7 +30,7 @@ int main(int argc, char** argv) {
     }
     void* sc = nullptr;
     while (!sc) {
-      if (net->connect(0, handle, &sc, &dh) != ncclSuccess) return 6;
+      if (net->connect(ctx, 0, handle, &sc, &dh) != ncclSuccess) return 6;
     }
     for (int n = 0;; ++n) {
       void* req = nullptr;
@@ -48,7 +47,7 @@ int main(int argc, char** argv) {
   }
   if (!std::strcmp(argv[1], "recv")) {
     void* lc = nullptr;
-    if (net->listen(0, handle, &lc) != ncclSuccess) return 6;
+    if (net->listen(ctx, 0, handle, &lc) != ncclSuccess) return 6;
     for (unsigned char c : std::string(handle, sizeof handle)) std::printf("%02x", c);
     std::printf("\n");
     std::fflush(stdout);
@@ -58,11 +57,8 @@ int main(int argc, char** argv) {
     }
     for (int n = 0;; ++n) {
       void* req = nullptr;
-      void* data = buf.data();
-      size_t size = kSize;
-      int tag = 0;
       while (!req) {
-        if (net->irecv(rc, 1, &data, &size, &tag, nullptr, &req) != ncclSuccess) return 8;
+        if (net->irecv(rc, buf.data(), kSize, 0, nullptr, &req) != ncclSuccess) return 8;
       }
       int done = 0;
       while (!done) {

@@ -2,8 +2,10 @@
 // symbols, no dependency on libstdc++, and `name` readable before init.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -12,6 +14,18 @@
 using namespace zipccl_test;
 
 namespace {
+
+// v12's layout on LP64, as NCCL 2.30 defines it (checked field by field against NVIDIA/nccl's
+// plugins/net/example headers when net_v12.h was written): the vNIC array grows from 4 to 8 devices,
+// which moves every later field, and the rail and plane close the struct.
+static_assert(sizeof(ncclNetVDeviceProps_v12_t) == 36, "v12 vProps: ndevs + 8 devices");
+static_assert(offsetof(ncclNetProperties_v12_t, vProps) == 64, "");
+static_assert(offsetof(ncclNetProperties_v12_t, maxP2pBytes) == 104, "v11: 88");
+static_assert(offsetof(ncclNetProperties_v12_t, maxMultiRequestSize) == 120, "v11: 104");
+static_assert(offsetof(ncclNetProperties_v12_t, railId) == 124, "");
+static_assert(offsetof(ncclNetProperties_v12_t, planeId) == 126, "");
+static_assert(sizeof(ncclNetProperties_v12_t) == 128, "v11: 112");
+static_assert(sizeof(ncclNet_v12_t) == 176, "22 entries after the name, as v11");
 
 // Settings are read once per process at the first init: give this process a bad value to see the
 // warning, before any test runs. (The test sets its own environment; the plugin never does.)
@@ -43,7 +57,7 @@ TEST(PluginAbi, ExportsExactlyTheNetTables) {
     size_t sp = line.rfind(' ');
     if (sp != std::string::npos) syms.insert(line.substr(sp + 1));
   }
-  std::set<std::string> want = {"ncclNetPlugin_v7", "ncclNetPlugin_v8", "ncclNetPlugin_v9",
+  std::set<std::string> want = {"ncclNetPlugin_v7",  "ncclNetPlugin_v8",  "ncclNetPlugin_v9",
                                 "ncclNetPlugin_v10", "ncclNetPlugin_v11", "ncclNetPlugin_v12"};
   EXPECT_EQ(syms, want) << out;
 }
@@ -66,6 +80,36 @@ TEST(PluginAbi, NameIsValidBeforeInit) {
     ASSERT_TRUE(name) << sym;
     EXPECT_STREQ(*name, "zipccl") << sym;
   }
+}
+
+// The v12 table called directly, as NCCL 2.30 does: the properties it writes, field by field, over a
+// struct NCCL would not have cleared.
+TEST(PluginAbi, V12PropertiesAsNcclReadsThem) {
+  const auto* v12 = static_cast<const ncclNet_v12_t*>(dlsym(plugin_library(), "ncclNetPlugin_v12"));
+  ASSERT_TRUE(v12);
+  void* ctx = nullptr;
+  ncclNetCommConfig_v12_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  ASSERT_EQ(v12->init(&ctx, 7, &cfg, test_logger, nullptr), ncclSuccess);
+  ncclNetProperties_v12_t p;
+  std::memset(&p, 0x5a, sizeof p);
+  ASSERT_EQ(v12->getProperties(0, &p), ncclSuccess);
+  ASSERT_TRUE(p.name);
+  EXPECT_NE(p.name[0], '\0');
+  EXPECT_EQ(p.ptrSupport & NCCL_PTR_HOST, NCCL_PTR_HOST);
+  EXPECT_EQ(p.regIsGlobal, 0);
+  EXPECT_EQ(p.forceFlush, 0);
+  EXPECT_EQ(p.netDeviceType, NCCL_NET_DEVICE_HOST);
+  EXPECT_EQ(p.vProps.ndevs, 1);
+  EXPECT_EQ(p.vProps.devs[0], 0);
+  EXPECT_GE(p.maxP2pBytes, size_t{1} << 30);
+  EXPECT_EQ(p.maxMultiRequestSize, 1);
+  EXPECT_EQ(p.railId, NCCL_NET_ID_UNDEF);
+  EXPECT_EQ(p.planeId, NCCL_NET_ID_UNDEF);
+  EXPECT_EQ(v12->makeVDevice, nullptr);
+  EXPECT_EQ(v12->getDeviceMr, nullptr);
+  ncclNetAttr_v12_t attr{};
+  EXPECT_EQ(v12->setNetAttr(ctx, &attr), ncclSuccess);  // hints, accepted and ignored
+  EXPECT_EQ(v12->finalize(ctx), ncclSuccess);
 }
 
 TEST(PluginAbi, CallsBeforeInitFailCleanly) {

@@ -68,8 +68,7 @@ TEST(RdmaSelection, CudaRegistrationAndFlushOnSockets) {
   ASSERT_EQ(api->init(), ncclSuccess);
   void *sc = nullptr, *rc = nullptr, *lc = nullptr;
   ASSERT_TRUE(make_pair(api.get(), &sc, &rc, &lc));
-  auto* table = static_cast<const ncclNet_v11_t*>(dlsym(plugin_library(), "ncclNetPlugin_v11"));
-  ASSERT_NE(table, nullptr);
+  zipccl::net_client::Net* table = &api->net();
   Props p;
   ASSERT_EQ(api->props(0, &p), ncclSuccess);
   const char* gpu = std::getenv("ZIPCCL_GPU");
@@ -78,7 +77,7 @@ TEST(RdmaSelection, CudaRegistrationAndFlushOnSockets) {
   std::vector<char> buf(1 << 16);  // stands in for device memory: sockets never touch it here
   void *mh_cuda = nullptr, *mh_dmabuf = nullptr, *mh_host = nullptr;
   if (!cuda) {
-    EXPECT_EQ(table->regMr(rc, buf.data(), buf.size(), NCCL_PTR_CUDA, &mh_cuda), ncclInternalError);
+    EXPECT_EQ(table->reg_mr(rc, buf.data(), buf.size(), NCCL_PTR_CUDA, &mh_cuda), ncclInternalError);
     EXPECT_EQ(mh_cuda, nullptr);
     EXPECT_TRUE(log_contains("there is no GPU path here"));
     EXPECT_EQ(api->close_send(sc), ncclSuccess);
@@ -87,13 +86,13 @@ TEST(RdmaSelection, CudaRegistrationAndFlushOnSockets) {
     EXPECT_EQ(api->finalize(), ncclSuccess);
     return;
   }
-  EXPECT_EQ(table->regMr(rc, buf.data(), buf.size(), NCCL_PTR_CUDA, &mh_cuda), ncclSuccess);
+  EXPECT_EQ(table->reg_mr(rc, buf.data(), buf.size(), NCCL_PTR_CUDA, &mh_cuda), ncclSuccess);
   EXPECT_NE(mh_cuda, nullptr);
-  EXPECT_EQ(table->regMrDmaBuf(rc, buf.data(), buf.size(), NCCL_PTR_CUDA, 0, -1, &mh_dmabuf), ncclSuccess);
+  EXPECT_EQ(table->reg_mr_dmabuf(rc, buf.data(), buf.size(), NCCL_PTR_CUDA, 0, -1, &mh_dmabuf), ncclSuccess);
   EXPECT_NE(mh_dmabuf, nullptr);
-  EXPECT_EQ(table->regMr(sc, buf.data(), buf.size(), NCCL_PTR_HOST, &mh_host), ncclSuccess);
+  EXPECT_EQ(table->reg_mr(sc, buf.data(), buf.size(), NCCL_PTR_HOST, &mh_host), ncclSuccess);
   void* bad = nullptr;
-  EXPECT_EQ(table->regMr(sc, buf.data(), buf.size(), 0x40, &bad), ncclInternalError);  // unknown type
+  EXPECT_EQ(table->reg_mr(sc, buf.data(), buf.size(), 0x40, &bad), ncclInternalError);  // unknown type
   EXPECT_EQ(bad, nullptr);
   void* data[1] = {buf.data()};
   int sizes[1] = {4096};
@@ -101,9 +100,9 @@ TEST(RdmaSelection, CudaRegistrationAndFlushOnSockets) {
   void* req = reinterpret_cast<void*>(0x1);
   EXPECT_EQ(table->iflush(rc, 1, data, sizes, mhs, &req), ncclSuccess);
   EXPECT_EQ(req, nullptr) << "sockets: nothing to flush";
-  EXPECT_EQ(table->deregMr(rc, mh_cuda), ncclSuccess);
-  EXPECT_EQ(table->deregMr(rc, mh_dmabuf), ncclSuccess);
-  EXPECT_EQ(table->deregMr(sc, mh_host), ncclSuccess);
+  EXPECT_EQ(table->dereg_mr(rc, mh_cuda), ncclSuccess);
+  EXPECT_EQ(table->dereg_mr(rc, mh_dmabuf), ncclSuccess);
+  EXPECT_EQ(table->dereg_mr(sc, mh_host), ncclSuccess);
   EXPECT_EQ(api->close_send(sc), ncclSuccess);
   EXPECT_EQ(api->close_recv(rc), ncclSuccess);
   EXPECT_EQ(api->close_listen(lc), ncclSuccess);

@@ -45,8 +45,8 @@ class Cli : public zipccl_test::TempDirTest {
 
   void round_trip(const Bytes& data, const std::string& type_flag) {
     write("in.bin", data);
-    ASSERT_EQ(zipccl("compress " + type_flag + " in.bin c.zc"), 0) << stderr_;
-    ASSERT_EQ(zipccl("decompress c.zc out.bin"), 0) << stderr_;
+    ASSERT_EQ(zipccl("compress -f " + type_flag + " in.bin c.zc"), 0) << stderr_;
+    ASSERT_EQ(zipccl("decompress -f c.zc out.bin"), 0) << stderr_;
     Bytes back = read("out.bin");
     ASSERT_EQ(back.size(), data.size()) << type_flag;
     EXPECT_TRUE(back == data) << "size " << data.size() << " " << type_flag;
@@ -101,8 +101,8 @@ TEST_F(Cli, CompressesBf16AndWritesAFrame) {
 }
 
 TEST_F(Cli, LargeFileBecomesSeveralFrames) {
-  const size_t n = (size_t{64} << 20) + 4097;
-  const Bytes tile = gaussian_bf16(size_t{1} << 20, 9);  // tiled: generating 64 MiB of normals is slow
+  const size_t n = (size_t{8} << 20) + 4097;  // the default frame holds 8 MiB
+  const Bytes tile = gaussian_bf16(size_t{1} << 20, 9);  // tiled: generating 8 MiB of normals is slow
   Bytes data(n);
   for (size_t i = 0; i < n; ++i) data[i] = tile[i % tile.size()];
   write("big.bin", data);
@@ -110,7 +110,7 @@ TEST_F(Cli, LargeFileBecomesSeveralFrames) {
   Bytes z = read("big.zc");
   zipccl::codec::FrameInfo first{};
   ASSERT_EQ(zipccl::codec::read_frame_info(z.data(), z.size(), &first), zipccl::codec::Status::kOk);
-  EXPECT_EQ(first.original_size, size_t{64} << 20);
+  EXPECT_EQ(first.original_size, size_t{8} << 20);
   EXPECT_LT(first.frame_size, z.size());
   ASSERT_EQ(zipccl("decompress --threads 2 big.zc big.out"), 0) << stderr_;
   EXPECT_TRUE(read("big.out") == data);
@@ -133,7 +133,6 @@ TEST_F(Cli, PipesAndConcatenatedStreams) {
 
 TEST_F(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(zipccl("compress"), 2);
-  EXPECT_EQ(zipccl("compress only-one"), 2);
   EXPECT_EQ(zipccl("compress a b c"), 2);
   EXPECT_EQ(zipccl("compress -t bf17 a b"), 2);
   EXPECT_NE(stderr_.find("bf16"), std::string::npos);

@@ -51,6 +51,51 @@ inline const char* assignment_rule_name(AssignmentRule r) {
   return r == AssignmentRule::contiguous ? "contiguous" : r == AssignmentRule::balanced ? "balanced" : "given";
 }
 
+// The LLM's input as a framework lays it out (Megatron-LM, TransformerEngine). image_only: the
+// boundary tensor alone, as described at the top of this file (the LLM keeps each sample's image
+// rows by the same cp/sp rules as an encoder). thd / bshd: the *combined* sequence of each sample -
+// text tokens with each image's tokens spliced in at an offset - and the LLM rank's destination
+// buffer is its whole slice of the combined input (text and padding rows included: the embedding
+// output the image rows are written into); the plan writes exactly the image rows whose positions
+// the rank holds, and the backward reads exactly those rows of the input's gradient.
+//  - Padding: each sequence is padded to a multiple of `pad_multiple` (0: Megatron-LM's rule,
+//    2*cp when cp > 1, times tp with sequence parallelism; 1 without either).
+//  - thd (packed): the samples of a replica, ascending, are concatenated; cp rank c keeps chunks c
+//    and 2*cp-1-c of each padded sequence (cut at floor(i*P / (2*cp)); equal chunks once padded),
+//    concatenated sample after sample (TransformerEngine's thd_get_partitioned_indices); with
+//    sequence parallelism the resulting packed local sequence of L rows is cut at floor(t*L / tp)
+//    and tp rank t keeps piece t (the scatter of [s, 1, h] along s: pieces may span samples).
+//    Buffer: that piece's rows in order. cu_seqlens: `thd_cu_seqlens`.
+//  - bshd (padded): every sample of a replica is padded to S = `padded_length` (if > 0, at least
+//    every sample's length) or to that replica's longest sequence rounded up to the multiple; cp
+//    rank c keeps chunks c and 2*cp-1-c of S, Sl rows per sample; with sequence parallelism tp rank
+//    t keeps rows [floor(t*Sl / tp), floor((t+1)*Sl / tp)) of every sample's local sequence.
+//    Buffer: [b, w, hidden] batch-major, b = the replica's samples (ascending), w = rows kept per
+//    sample (a [s, b, h] tensor is its transpose).
+// The encoders keep the image-only layout: tokens[s] rows per sample, the sample's images in order.
+enum class SequenceFormat { image_only, thd, bshd };
+
+inline const char* sequence_format_name(SequenceFormat f) {
+  return f == SequenceFormat::image_only ? "image-only" : f == SequenceFormat::thd ? "thd" : "bshd";
+}
+
+struct ImageSpan {
+  std::int64_t offset = 0;  // first position of the image in the combined sequence
+  std::int64_t tokens = 0;  // its rows (consecutive positions)
+};
+
+struct LlmSequence {
+  SequenceFormat format = SequenceFormat::image_only;
+  std::vector<std::int64_t> length;            // per sample: combined length (text + images), unpadded
+  std::vector<std::vector<ImageSpan>> images;  // per sample: ascending, disjoint, within length;
+                                               // tokens add up to the sample's tokens[s]
+  std::int64_t pad_multiple = 0;               // 0: Megatron-LM's (see above)
+  std::int64_t padded_length = 0;              // bshd only: a fixed padded length; 0: per replica
+};
+
+// Limit on images in a batch (all samples together): planning keeps a few words per image.
+inline constexpr std::int64_t kMaxImages = std::int64_t{1} << 24;
+
 struct BoundaryBatch {
   // BoundaryBatch{tokens, hidden, element_size}, as before assignments existed (contiguous ones);
   // a constructor rather than an aggregate so that form stays free of missing-initializer warnings.
@@ -63,6 +108,7 @@ struct BoundaryBatch {
   std::int64_t element_size = 0;     // bytes per element (bf16: 2)
   SampleAssignment encoder_assignment;  // samples -> replicas of the encoder being planned
   SampleAssignment llm_assignment;      // samples -> replicas of the LLM
+  LlmSequence llm_sequence;             // how the LLM keeps its input (default: image rows only)
 
   int num_samples() const { return static_cast<int>(tokens.size()); }
   std::int64_t row_bytes() const { return hidden * element_size; }
@@ -94,7 +140,9 @@ inline ReplicaLoad replica_load(const std::vector<std::int64_t>& tokens, const s
 inline constexpr int kMaxSamples = 1 << 20;
 
 // Throws BatchError unless tokens >= 0, hidden >= 1, element_size >= 1 and the whole tensor's byte
-// count fits in 63 bits; LimitError for more than kMaxSamples samples.
+// count fits in 63 bits, and (thd/bshd) the images fit their sequences as LlmSequence says and the
+// combined input's byte count fits too; LimitError for more than kMaxSamples samples or kMaxImages
+// images.
 inline void validate_batch(const BoundaryBatch& batch);
 
 // Every byte count of a boundary into `receiver` (per rank, totals, the leader+broadcast model) is at
@@ -132,15 +180,33 @@ struct RowRange {
 // at most two ascending, disjoint, non-empty, non-adjacent ranges written to out[]; returns how many.
 inline int stored_rows(const Module& m, std::int64_t n, int cp_rank, int tp_rank, RowRange out[2]);
 
-// One contiguous piece of a rank's local buffer.
+// One contiguous piece of a rank's local buffer: rows of one sample at consecutive buffer rows.
 struct BufferSegment {
   int sample = 0;
   RowRange rows;
   std::int64_t offset = 0;  // bytes from the start of the buffer
 };
 
-// The local boundary buffer of `rank` for module m (empty when the rank is not in m's boundary stage).
+// The boundary rows `rank` keeps for module m, ascending by sample then row, and where they sit in
+// its local buffer (empty when the rank is not in m's boundary stage). In the image-only layout the
+// segments pack the buffer; in the LLM's thd/bshd layouts they are the image rows of a buffer that
+// also holds text and padding (buffer_bytes gives its size).
 inline std::vector<BufferSegment> buffer_segments(const Module& m, const BoundaryBatch& batch, int rank);
+// The size of that buffer in bytes.
+inline std::int64_t buffer_bytes(const Module& m, const BoundaryBatch& batch, int rank);
+
+// The LLM's thd cumulative sequence lengths of replica `replica` (padded lengths, samples ascending,
+// starting at 0), as the attention kernel takes them; `m` must be the LLM.
+inline std::vector<std::int64_t> thd_cu_seqlens(const Module& m, const BoundaryBatch& batch, int replica);
+// The padding multiple in force for module m (LlmSequence::pad_multiple or its default).
+inline std::int64_t sequence_pad_multiple(const Module& m, const BoundaryBatch& batch);
+
+namespace detail {
+// The segments (offsets in bytes) a rank at (cp, tp) of a replica holding `samples` (ascending)
+// keeps; returns the buffer's size in rows. The single rule behind buffer_segments and the planner.
+inline std::int64_t kept_segments(const Module& m, const BoundaryBatch& batch, const std::vector<int>& samples,
+                                  int cp, int tp, std::vector<BufferSegment>& out);
+}  // namespace detail
 
 }  // namespace zipccl::hetero
 

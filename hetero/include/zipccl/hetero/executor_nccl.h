@@ -21,6 +21,13 @@
 // With a non-blocking communicator, ncclInProgress from the group call is not an error; poll
 // ncclCommGetAsyncError as NCCL documents.
 //
+// NcclBoundaryStep - runs this rank's part of a pipeline step (pipeline.h): the forward plan of one
+// micro-batch and/or the backward plan of another, wave by wave, one ncclGroupStart/ncclGroupEnd per
+// wave (one for two direct plans, two when either is scatter_allgather), posting in pipeline.h's
+// order (forward plan first) on every rank. On the encoder's last stage it is Megatron's
+// send_forward_recv_backward, on the LLM's first stage send_backward_recv_forward: the same object
+// and the same call on both sides. The same rules as NcclBoundaryExecutor apply otherwise.
+//
 // Errors: ExecutionError with the failing call, file:line and NCCL's or CUDA's message.
 // Thread-safety: an executor is immutable after construction; run() may be called from any thread
 // that may use the communicator (NCCL's rules for a communicator apply).
@@ -35,6 +42,7 @@
 #include <vector>
 
 #include "zipccl/hetero/groups.h"
+#include "zipccl/hetero/pipeline.h"
 #include "zipccl/hetero/schedule.h"
 
 namespace zipccl::hetero {
@@ -97,6 +105,31 @@ class NcclBoundaryExecutor {
  private:
   ncclComm_t comm_;
   RankSchedule schedule_;
+};
+
+class NcclBoundaryStep {
+ public:
+  // forward / backward: the step's plans (either may be nullptr), as boundary_1f1b's tick names
+  // them; comm and members as for NcclBoundaryExecutor. Builds this rank's step schedule.
+  // Throws what make_step_schedule throws, and what NcclBoundaryExecutor's constructor throws.
+  NcclBoundaryStep(const BoundaryPlan* forward, const BoundaryPlan* backward, ncclComm_t comm,
+                   RankList members);
+
+  // Enqueues this rank's part of the step on `stream` and returns (no allocation, no host wait
+  // beyond NCCL's group calls). buffers: device memory, each at least the sizes of this rank's
+  // part of that plan (schedule().parts); the four buffers must not overlap.
+  // Throws ExecutionError for short buffers or a failing NCCL or CUDA call.
+  void run(const StepBuffers& buffers, cudaStream_t stream) const;
+
+  int world_rank() const { return schedule_.rank; }
+  // Nothing to send, receive or copy: this rank may skip the step.
+  bool empty() const { return schedule_.empty(); }
+  // Peers in the returned schedule are communicator ranks, not world ranks.
+  const RankStepSchedule& schedule() const { return schedule_; }
+
+ private:
+  ncclComm_t comm_;
+  RankStepSchedule schedule_;
 };
 
 }  // namespace zipccl::hetero

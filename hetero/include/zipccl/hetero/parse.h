@@ -7,10 +7,15 @@
 //   token list    comma-separated counts, COUNTxREPEAT for runs: "576,144x3" = 576,144,144,144.
 //   element size  bf16, fp16, fp32, fp8, int8, or a byte count.
 //   assignment    contiguous, balanced, or a replica per sample in token-list form: "0,1,1x2".
+//   llm input     image-only, thd or bshd (SequenceFormat).
+//   images        each sample's images in its combined sequence as OFFSET+TOKENS, comma-separated;
+//                 samples separated by '/'; SPEC*N repeats a sample N times; an empty sample has none:
+//                 "3+576,700+576/10+1024*3//0+64" = 6 samples (two images, three of one, none, one).
 //
 // Every function throws ParseError with the offending text and what was expected.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <string>
@@ -151,6 +156,52 @@ inline SampleAssignment parse_assignment(const std::string& text) {
     a.replica.push_back(static_cast<int>(r));
   }
   return a;
+}
+
+inline SequenceFormat parse_sequence_format(const std::string& text) {
+  if (text == "image-only" || text == "image_only") return SequenceFormat::image_only;
+  if (text == "thd") return SequenceFormat::thd;
+  if (text == "bshd") return SequenceFormat::bshd;
+  throw ParseError("LLM input '" + text + "' is not image-only, thd or bshd");
+}
+
+inline std::vector<std::vector<ImageSpan>> parse_images(const std::string& text) {
+  std::vector<std::vector<ImageSpan>> samples;
+  std::int64_t images = 0;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t slash = text.find('/', pos);
+    if (slash == std::string::npos) slash = text.size();
+    std::string item = text.substr(pos, slash - pos);
+    pos = slash + 1;
+    std::int64_t repeat = 1;
+    const std::size_t star = item.find('*');
+    if (star != std::string::npos) {
+      repeat = parse_integer(item.substr(star + 1), 1, kMaxSamples, "sample repeat in '" + item + "'");
+      item = item.substr(0, star);
+    }
+    std::vector<ImageSpan> sample;
+    std::size_t at = 0;
+    while (!item.empty() && at <= item.size()) {
+      std::size_t comma = item.find(',', at);
+      if (comma == std::string::npos) comma = item.size();
+      const std::string image = item.substr(at, comma - at);
+      at = comma + 1;
+      const std::size_t plus = image.find('+');
+      if (plus == std::string::npos) {
+        throw ParseError("image '" + image + "' must be OFFSET+TOKENS (e.g. 3+576)");
+      }
+      sample.push_back(ImageSpan{parse_integer(image.substr(0, plus), 0, INT64_MAX, "image offset"),
+                                 parse_integer(image.substr(plus + 1), 0, INT64_MAX, "image tokens")});
+    }
+    images += repeat * static_cast<std::int64_t>(std::max<std::size_t>(sample.size(), 1));
+    if (static_cast<std::int64_t>(samples.size()) + repeat > kMaxSamples || images > kMaxImages) {
+      throw ParseError("image list '" + text.substr(0, 40) + "...' has more than " + std::to_string(kMaxSamples) +
+                       " samples or " + std::to_string(kMaxImages) + " images");
+    }
+    samples.insert(samples.end(), static_cast<std::size_t>(repeat), sample);
+  }
+  return samples;
 }
 
 inline std::int64_t parse_element_size(const std::string& text) {

@@ -90,6 +90,13 @@ struct Transfer {
   std::int64_t bytes = 0;                      // rows.size() * row_bytes
 };
 
+inline bool operator==(const Transfer& a, const Transfer& b) {
+  return a.src == b.src && a.dst == b.dst && a.sample == b.sample && a.rows == b.rows &&
+         a.src_buffer == b.src_buffer && a.src_offset == b.src_offset && a.dst_offset == b.dst_offset &&
+         a.bytes == b.bytes;
+}
+inline bool operator!=(const Transfer& a, const Transfer& b) { return !(a == b); }
+
 struct BoundaryPlan {
   Direction direction = Direction::forward;
   Strategy strategy = Strategy::direct;

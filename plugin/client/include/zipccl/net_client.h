@@ -188,7 +188,8 @@ class TableNet final : public Net {
       return t_->init(ctx, comm_id, &c, logger, profiler);
     } else {
       (void)comm_id;
-      auto* lc = new LegacyContext;
+      if (!ctx) return ncclInvalidArgument;
+      auto lc = std::make_unique<LegacyContext>();
       if (config) lc->config.trafficClass = config->trafficClass;
       std::unique_lock<std::mutex> lock;
       int& count = init_count(t_, &lock);
@@ -198,13 +199,10 @@ class TableNet final : public Net {
           r = t_->init(logger, profiler);
         else
           r = t_->init(logger);
-        if (r != ncclSuccess) {
-          delete lc;
-          return r;
-        }
+        if (r != ncclSuccess) return r;
       }
       ++count;
-      *ctx = lc;
+      *ctx = lc.release();
       return ncclSuccess;
     }
   }

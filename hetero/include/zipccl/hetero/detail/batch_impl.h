@@ -39,7 +39,211 @@ inline std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what
   return r;
 }
 
+inline bool combined_input(const Module& m, const BoundaryBatch& batch) {
+  return m.role() == Role::llm && batch.llm_sequence.format != SequenceFormat::image_only;
+}
+
+// n rounded up to a multiple of k (k >= 1); BatchError when that overflows.
+inline std::int64_t round_up(std::int64_t n, std::int64_t k) {
+  const std::int64_t r = n % k;
+  std::int64_t out = 0;
+  if (r != 0 && __builtin_add_overflow(n, k - r, &out)) {
+    throw BatchError("sequence length " + std::to_string(n) + " padded to a multiple of " + std::to_string(k) +
+                     " overflows 64 bits");
+  }
+  return r == 0 ? n : out;
+}
+
+// Positions of a sequence of n that cp rank c of cp keeps (chunks c and 2*cp-1-c of 2*cp, cut at
+// floor(i*n / (2*cp))): one or two ascending ranges, possibly empty; returns how many.
+inline int cp_chunks(std::int64_t n, int cp, int c, RowRange out[2]) {
+  if (cp == 1) {
+    out[0] = RowRange{0, n};
+    return 1;
+  }
+  const std::int64_t k = 2 * static_cast<std::int64_t>(cp);
+  auto cut = [&](std::int64_t i) { return split_point(n, i, k); };
+  const std::int64_t lo = c, hi = k - 1 - c;
+  out[0] = RowRange{cut(lo), cut(lo + 1)};
+  if (out[0].end == cut(hi)) {
+    out[0].end = cut(hi + 1);  // chunks cp-1 and cp touch: one range
+    return 1;
+  }
+  out[1] = RowRange{cut(hi), cut(hi + 1)};
+  return 2;
+}
+
+// The tp piece [from, to) of a local sequence of `local` rows: all of it without sequence parallelism.
+inline RowRange sp_window(const Module& m, std::int64_t local, int tp_rank) {
+  if (!m.sequence_parallel()) return RowRange{0, local};
+  return RowRange{split_point(local, tp_rank, m.tp()), split_point(local, tp_rank + 1, m.tp())};
+}
+
+// Appends the image rows of sample s at positions [a, b) of its combined sequence; position a sits
+// at buffer row `row_at_a`. Image rows are numbered through the sample's images in order.
+inline void image_rows_in(const std::vector<ImageSpan>& images, int s, std::int64_t a, std::int64_t b,
+                          std::int64_t row_at_a, std::int64_t row_bytes, std::vector<BufferSegment>& out) {
+  std::int64_t first_row = 0;
+  for (const ImageSpan& im : images) {
+    if (im.offset >= b) break;
+    const std::int64_t lo = std::max(a, im.offset), hi = std::min(b, im.offset + im.tokens);
+    if (lo < hi) {
+      out.push_back(BufferSegment{s, RowRange{first_row + lo - im.offset, first_row + hi - im.offset},
+                                  (row_at_a + lo - a) * row_bytes});
+    }
+    first_row += im.tokens;
+  }
+}
+
+// Appends the image rows the rank at (cp, tp) keeps in the packed (thd) layout (kept_segments);
+// returns its buffer's length in rows.
+inline std::int64_t thd_segments(const Module& m, const BoundaryBatch& batch, const std::vector<int>& samples,
+                                 int cp, int tp, std::vector<BufferSegment>& out) {
+  const LlmSequence& q = batch.llm_sequence;
+  const std::int64_t mult = sequence_pad_multiple(m, batch);
+  std::int64_t local = 0;
+  RowRange ch[2];
+  for (int s : samples) {
+    const int k = cp_chunks(round_up(q.length[s], mult), m.cp(), cp, ch);
+    for (int i = 0; i < k; ++i) local = checked_add(local, ch[i].size(), "a packed local sequence length");
+  }
+  const RowRange w = sp_window(m, local, tp);
+  std::int64_t base = 0;
+  for (int s : samples) {
+    if (base >= w.end) break;
+    const int k = cp_chunks(round_up(q.length[s], mult), m.cp(), cp, ch);
+    for (int i = 0; i < k; ++i) {
+      const std::int64_t lo = std::max(w.begin, base), hi = std::min(w.end, base + ch[i].size());
+      if (lo < hi) {
+        image_rows_in(q.images[s], s, ch[i].begin + (lo - base), ch[i].begin + (hi - base), lo - w.begin,
+                      batch.row_bytes(), out);
+      }
+      base += ch[i].size();
+    }
+  }
+  return w.size();
+}
+
+// The same for the padded (bshd) layout.
+inline std::int64_t bshd_segments(const Module& m, const BoundaryBatch& batch, const std::vector<int>& samples,
+                                  int cp, int tp, std::vector<BufferSegment>& out) {
+  const LlmSequence& q = batch.llm_sequence;
+  std::int64_t padded = q.padded_length;
+  if (padded == 0) {
+    std::int64_t longest = 0;
+    for (int s : samples) longest = std::max(longest, q.length[s]);
+    padded = round_up(longest, sequence_pad_multiple(m, batch));
+  }
+  RowRange ch[2];
+  const int k = cp_chunks(padded, m.cp(), cp, ch);
+  std::int64_t local = 0;
+  for (int i = 0; i < k; ++i) local += ch[i].size();
+  const RowRange w = sp_window(m, local, tp);
+  for (std::size_t slot = 0; slot < samples.size(); ++slot) {
+    const int s = samples[slot];
+    std::int64_t base = 0;
+    for (int i = 0; i < k; ++i) {
+      const std::int64_t lo = std::max(w.begin, base), hi = std::min(w.end, base + ch[i].size());
+      if (lo < hi) {
+        image_rows_in(q.images[s], s, ch[i].begin + (lo - base), ch[i].begin + (hi - base),
+                      static_cast<std::int64_t>(slot) * w.size() + (lo - w.begin), batch.row_bytes(), out);
+      }
+      base += ch[i].size();
+    }
+  }
+  return checked_mul(static_cast<std::int64_t>(samples.size()), w.size(), "rows of a padded local batch");
+}
+
+inline std::int64_t kept_segments(const Module& m, const BoundaryBatch& batch, const std::vector<int>& samples,
+                                  int cp, int tp, std::vector<BufferSegment>& out) {
+  std::int64_t rows = 0;
+  if (combined_input(m, batch)) {
+    rows = batch.llm_sequence.format == SequenceFormat::thd ? thd_segments(m, batch, samples, cp, tp, out)
+                                                            : bshd_segments(m, batch, samples, cp, tp, out);
+    checked_mul(rows, batch.row_bytes(), "bytes of an LLM rank's input slice");
+    return rows;
+  }
+  RowRange kept[2];
+  for (int s : samples) {
+    const int k = stored_rows(m, batch.tokens[s], cp, tp, kept);
+    for (int i = 0; i < k; ++i) {
+      out.push_back(BufferSegment{s, kept[i], rows * batch.row_bytes()});
+      rows += kept[i].size();
+    }
+  }
+  return rows;
+}
+
+// Checks the combined-sequence description against the batch (see LlmSequence).
+inline void validate_sequence(const BoundaryBatch& batch) {
+  const LlmSequence& q = batch.llm_sequence;
+  if (q.format == SequenceFormat::image_only) return;
+  const std::size_t n = batch.tokens.size();
+  const std::string fmt = sequence_format_name(q.format);
+  if (q.length.size() != n || q.images.size() != n) {
+    throw BatchError(fmt + " input: " + std::to_string(q.length.size()) + " sequence lengths and " +
+                     std::to_string(q.images.size()) + " image lists for " + std::to_string(n) + " samples");
+  }
+  if (q.pad_multiple < 0) throw BatchError(fmt + " input: pad multiple " + std::to_string(q.pad_multiple) + " < 0");
+  if (q.padded_length < 0 || (q.padded_length > 0 && q.format != SequenceFormat::bshd)) {
+    throw BatchError(fmt + " input: a padded length (" + std::to_string(q.padded_length) +
+                     ") is for bshd only, and must be positive");
+  }
+  std::int64_t images = 0, positions = 0;
+  // Messages are built only on failure: this runs for every sample and image of every micro-batch.
+  auto sample = [](std::size_t s) { return "sample " + std::to_string(s); };
+  for (std::size_t s = 0; s < n; ++s) {
+    const std::int64_t len = q.length[s];
+    if (len < 0) throw BatchError(sample(s) + " has a negative sequence length (" + std::to_string(len) + ")");
+    if (q.padded_length > 0 && len > q.padded_length) {
+      throw BatchError(sample(s) + ": sequence length " + std::to_string(len) + " exceeds the padded length " +
+                       std::to_string(q.padded_length));
+    }
+    images += static_cast<std::int64_t>(q.images[s].size());
+    if (images > kMaxImages) {
+      throw LimitError("a batch may hold at most " + std::to_string(kMaxImages) +
+                       " images (zipccl::hetero::kMaxImages)");
+    }
+    std::int64_t end = 0, sum = 0;
+    for (std::size_t i = 0; i < q.images[s].size(); ++i) {
+      const ImageSpan& im = q.images[s][i];
+      auto what = [&] {
+        return sample(s) + ": image " + std::to_string(i) + " (offset " + std::to_string(im.offset) + ", " +
+               std::to_string(im.tokens) + " tokens)";
+      };
+      if (im.offset < 0 || im.tokens < 0) throw BatchError(what() + " has a negative offset or size");
+      if (im.offset < end) throw BatchError(what() + " starts before the previous image ends (" + std::to_string(end) + ")");
+      if (im.offset > len || im.tokens > len - im.offset) {
+        throw BatchError(what() + " ends past the sequence length " + std::to_string(len));
+      }
+      end = im.offset + im.tokens;
+      sum += im.tokens;
+    }
+    if (sum != batch.tokens[s]) {
+      throw BatchError(sample(s) + ": its images hold " + std::to_string(sum) + " tokens, the batch says " +
+                       std::to_string(batch.tokens[s]));
+    }
+    positions = checked_add(positions, len, "the combined sequence lengths");
+  }
+  checked_mul(positions, batch.row_bytes(), "bytes of the combined LLM input");
+}
+
 }  // namespace detail
+
+inline std::int64_t sequence_pad_multiple(const Module& m, const BoundaryBatch& batch) {
+  if (batch.llm_sequence.pad_multiple > 0) return batch.llm_sequence.pad_multiple;
+  return (m.cp() > 1 ? 2 * static_cast<std::int64_t>(m.cp()) : 1) * (m.sequence_parallel() ? m.tp() : 1);
+}
+
+inline std::vector<std::int64_t> thd_cu_seqlens(const Module& m, const BoundaryBatch& batch, int replica) {
+  const std::vector<int> replicas = module_replicas(m, batch);
+  const std::int64_t mult = sequence_pad_multiple(m, batch);
+  std::vector<std::int64_t> cu{0};
+  for (int s = 0; s < batch.num_samples(); ++s) {
+    if (replicas[s] == replica) cu.push_back(detail::checked_add(cu.back(), detail::round_up(batch.llm_sequence.length[s], mult), "cu_seqlens"));
+  }
+  return cu;
+}
 
 inline void validate_batch(const BoundaryBatch& batch) {
   if (batch.tokens.size() > static_cast<std::size_t>(kMaxSamples)) {
@@ -65,6 +269,7 @@ inline void validate_batch(const BoundaryBatch& batch) {
       throw BatchError("the batch's byte count (tokens * hidden * element size) overflows 64 bits");
     }
   }
+  detail::validate_sequence(batch);
 }
 
 inline void check_boundary_fits(const Module& receiver, const BoundaryBatch& batch) {
@@ -100,7 +305,10 @@ inline std::vector<int> assign_replicas(const std::vector<std::int64_t>& tokens,
     return a.replica;
   }
   if (a.rule == AssignmentRule::contiguous) {
-    for (int s = 0; s < n; ++s) replica[s] = sample_replica(n, dp, s);
+    for (int d = 0, s = 0; d < dp && s < n; ++d) {  // block by block (no division per sample)
+      const SampleRange block = replica_samples(n, dp, d);
+      for (; s < block.end; ++s) replica[s] = d;
+    }
     return replica;
   }
   std::vector<int> order(n);
@@ -135,20 +343,7 @@ inline ReplicaLoad replica_load(const std::vector<std::int64_t>& tokens, const s
 
 inline int stored_rows(const Module& m, std::int64_t n, int cp_rank, int tp_rank, RowRange out[2]) {
   RowRange chunks[2];
-  int count = 0;
-  if (m.cp() == 1) {
-    chunks[count++] = RowRange{0, n};
-  } else {
-    const std::int64_t k = 2 * static_cast<std::int64_t>(m.cp());
-    auto cut = [&](std::int64_t i) { return detail::split_point(n, i, k); };
-    const std::int64_t lo = cp_rank, hi = k - 1 - cp_rank;
-    chunks[count++] = RowRange{cut(lo), cut(lo + 1)};
-    if (chunks[0].end == cut(hi)) {
-      chunks[0].end = cut(hi + 1);  // chunks cp-1 and cp touch: one range
-    } else {
-      chunks[count++] = RowRange{cut(hi), cut(hi + 1)};
-    }
-  }
+  const int count = detail::cp_chunks(n, m.cp(), cp_rank, chunks);
   if (m.sequence_parallel()) {
     std::int64_t local = 0;
     for (int i = 0; i < count; ++i) local += chunks[i].size();
@@ -171,23 +366,35 @@ inline int stored_rows(const Module& m, std::int64_t n, int cp_rank, int tp_rank
   return outs;
 }
 
+namespace detail {
+// The samples of the rank's replica and its (cp, tp), or false when it is outside m's boundary stage.
+inline bool boundary_position(const Module& m, const BoundaryBatch& batch, int rank, std::vector<int>& samples,
+                              Coords& c) {
+  if (!m.contains(rank)) return false;
+  c = m.coords(rank);
+  if (c.pp != m.boundary_stage()) return false;
+  const std::vector<int> replica = module_replicas(m, batch);
+  for (int s = 0; s < batch.num_samples(); ++s) {
+    if (replica[s] == c.dp) samples.push_back(s);
+  }
+  return true;
+}
+}  // namespace detail
+
 inline std::vector<BufferSegment> buffer_segments(const Module& m, const BoundaryBatch& batch, int rank) {
   std::vector<BufferSegment> segments;
-  if (!m.contains(rank)) return segments;
-  const Coords c = m.coords(rank);
-  if (c.pp != m.boundary_stage()) return segments;
-  const std::vector<int> replica = module_replicas(m, batch);
-  std::int64_t offset = 0;
-  for (int s = 0; s < batch.num_samples(); ++s) {
-    if (replica[s] != c.dp) continue;
-    RowRange rows[2];
-    const int k = stored_rows(m, batch.tokens[s], c.cp, c.tp, rows);
-    for (int i = 0; i < k; ++i) {
-      segments.push_back(BufferSegment{s, rows[i], offset});
-      offset += rows[i].size() * batch.row_bytes();
-    }
-  }
+  std::vector<int> samples;
+  Coords c;
+  if (detail::boundary_position(m, batch, rank, samples, c)) detail::kept_segments(m, batch, samples, c.cp, c.tp, segments);
   return segments;
+}
+
+inline std::int64_t buffer_bytes(const Module& m, const BoundaryBatch& batch, int rank) {
+  std::vector<BufferSegment> segments;
+  std::vector<int> samples;
+  Coords c;
+  if (!detail::boundary_position(m, batch, rank, samples, c)) return 0;
+  return detail::kept_segments(m, batch, samples, c.cp, c.tp, segments) * batch.row_bytes();
 }
 
 }  // namespace zipccl::hetero

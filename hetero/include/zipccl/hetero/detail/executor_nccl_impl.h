@@ -1,6 +1,8 @@
 // Definitions for executor_nccl.h.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <unordered_map>
 
 namespace zipccl::hetero {
@@ -98,8 +100,15 @@ inline const RankList& NcclGroups::members(GroupKind kind, int module) const {
   return kNone;
 }
 
-inline NcclBoundaryExecutor::NcclBoundaryExecutor(const BoundaryPlan& plan, ncclComm_t comm, RankList members)
-    : comm_(comm) {
+namespace detail {
+
+// This process's world rank under `members`, and every member's communicator rank.
+struct CommRanks {
+  int world_rank = -1;
+  std::unordered_map<int, int> of_world;
+};
+
+inline CommRanks comm_ranks(ncclComm_t comm, const RankList& members) {
   int size = 0, comm_rank = 0;
   ZIPCCL_HETERO_NCCL(ncclCommCount(comm, &size), comm);
   ZIPCCL_HETERO_NCCL(ncclCommUserRank(comm, &comm_rank), comm);
@@ -107,15 +116,20 @@ inline NcclBoundaryExecutor::NcclBoundaryExecutor(const BoundaryPlan& plan, nccl
     throw ExecutionError("the communicator has " + std::to_string(size) + " ranks but " +
                          std::to_string(members.size()) + " members were given");
   }
-  std::unordered_map<int, int> comm_rank_of;
-  for (std::size_t i = 0; i < members.size(); ++i) comm_rank_of[members[i]] = static_cast<int>(i);
-  schedule_ = make_schedule(plan, members[comm_rank]);
-  for (PhaseOps& ops : schedule_.phases) {
+  CommRanks out;
+  out.world_rank = members[comm_rank];
+  for (std::size_t i = 0; i < members.size(); ++i) out.of_world[members[i]] = static_cast<int>(i);
+  return out;
+}
+
+// Rewrites the schedule's peers from world ranks to communicator ranks.
+inline void to_comm_peers(RankSchedule& schedule, const CommRanks& ranks) {
+  for (PhaseOps& ops : schedule.phases) {
     for (auto* list : {&ops.sends, &ops.recvs}) {
       for (Message& m : *list) {
-        auto it = comm_rank_of.find(m.peer);
-        if (it == comm_rank_of.end()) {
-          throw ExecutionError("rank " + std::to_string(schedule_.rank) + " exchanges with world rank " +
+        auto it = ranks.of_world.find(m.peer);
+        if (it == ranks.of_world.end()) {
+          throw ExecutionError("rank " + std::to_string(schedule.rank) + " exchanges with world rank " +
                                std::to_string(m.peer) + ", which is not in the communicator");
         }
         m.peer = it->second;
@@ -124,48 +138,93 @@ inline NcclBoundaryExecutor::NcclBoundaryExecutor(const BoundaryPlan& plan, nccl
   }
 }
 
-inline void NcclBoundaryExecutor::run(const void* source, std::size_t source_size, void* destination,
-                                      std::size_t destination_size, cudaStream_t stream) const {
-  if (static_cast<std::int64_t>(source_size) < schedule_.source_bytes ||
-      (schedule_.source_bytes > 0 && source == nullptr)) {
-    throw ExecutionError("rank " + std::to_string(schedule_.rank) + ": source buffer of " +
-                         std::to_string(source_size) + " bytes, the plan needs " +
-                         std::to_string(schedule_.source_bytes));
-  }
-  if (static_cast<std::int64_t>(destination_size) < schedule_.destination_bytes ||
-      (schedule_.destination_bytes > 0 && destination == nullptr)) {
-    throw ExecutionError("rank " + std::to_string(schedule_.rank) + ": destination buffer of " +
-                         std::to_string(destination_size) + " bytes, the plan needs " +
-                         std::to_string(schedule_.destination_bytes));
-  }
-  const auto* src = static_cast<const unsigned char*>(source);
-  auto* dst = static_cast<unsigned char*>(destination);
-  auto base = [&](BufferKind k) -> const unsigned char* { return k == BufferKind::source ? src : dst; };
-  for (const PhaseOps& ops : schedule_.phases) {
-    for (const LocalCopy& c : ops.copies) {
-      ZIPCCL_HETERO_CUDA(cudaMemcpyAsync(dst + c.to_offset, base(c.from) + c.from_offset,
-                                         static_cast<std::size_t>(c.bytes), cudaMemcpyDeviceToDevice,
-                                         stream));
-    }
-    if (ops.sends.empty() && ops.recvs.empty()) continue;
-    ZIPCCL_HETERO_NCCL(ncclGroupStart(), comm_);
-    try {
-      for (const Message& m : ops.sends) {
-        ZIPCCL_HETERO_NCCL(ncclSend(base(m.buffer) + m.offset, static_cast<std::size_t>(m.bytes), ncclUint8,
-                                    m.peer, comm_, stream),
-                           comm_);
+struct PartToRun {
+  const RankSchedule* schedule;
+  PlanBuffers buffers;
+};
+
+// Enqueues the parts wave by wave: wave w = local copies of phase w of each part, then one group
+// with each part's sends and receives of phase w, parts in the given order (pipeline.h's contract).
+inline void post_waves_nccl(const PartToRun* parts, std::size_t count, ncclComm_t comm, cudaStream_t stream) {
+  std::size_t waves = 0;
+  for (std::size_t i = 0; i < count; ++i) waves = std::max(waves, parts[i].schedule->phases.size());
+  auto base = [](const PlanBuffers& b, BufferKind k) -> unsigned char* {
+    return k == BufferKind::source ? static_cast<unsigned char*>(const_cast<void*>(b.source))
+                                   : static_cast<unsigned char*>(b.destination);
+  };
+  for (std::size_t wave = 0; wave < waves; ++wave) {
+    bool messages = false;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (wave >= parts[i].schedule->phases.size()) continue;
+      const PhaseOps& ops = parts[i].schedule->phases[wave];
+      unsigned char* dst = base(parts[i].buffers, BufferKind::destination);
+      for (const LocalCopy& c : ops.copies) {
+        ZIPCCL_HETERO_CUDA(cudaMemcpyAsync(dst + c.to_offset, base(parts[i].buffers, c.from) + c.from_offset,
+                                           static_cast<std::size_t>(c.bytes), cudaMemcpyDeviceToDevice,
+                                           stream));
       }
-      for (const Message& m : ops.recvs) {
-        ZIPCCL_HETERO_NCCL(
-            ncclRecv(dst + m.offset, static_cast<std::size_t>(m.bytes), ncclUint8, m.peer, comm_, stream),
-            comm_);
+      messages = messages || !ops.sends.empty() || !ops.recvs.empty();
+    }
+    if (!messages) continue;
+    ZIPCCL_HETERO_NCCL(ncclGroupStart(), comm);
+    try {
+      for (std::size_t i = 0; i < count; ++i) {
+        if (wave >= parts[i].schedule->phases.size()) continue;
+        const PhaseOps& ops = parts[i].schedule->phases[wave];
+        for (const Message& m : ops.sends) {
+          ZIPCCL_HETERO_NCCL(ncclSend(base(parts[i].buffers, m.buffer) + m.offset,
+                                      static_cast<std::size_t>(m.bytes), ncclUint8, m.peer, comm, stream),
+                             comm);
+        }
+        unsigned char* dst = base(parts[i].buffers, BufferKind::destination);
+        for (const Message& m : ops.recvs) {
+          ZIPCCL_HETERO_NCCL(
+              ncclRecv(dst + m.offset, static_cast<std::size_t>(m.bytes), ncclUint8, m.peer, comm, stream),
+              comm);
+        }
       }
     } catch (...) {
       ncclGroupEnd();  // close the group before reporting
       throw;
     }
-    ZIPCCL_HETERO_NCCL(ncclGroupEnd(), comm_);
+    ZIPCCL_HETERO_NCCL(ncclGroupEnd(), comm);
   }
+}
+
+}  // namespace detail
+
+inline NcclBoundaryExecutor::NcclBoundaryExecutor(const BoundaryPlan& plan, ncclComm_t comm, RankList members)
+    : comm_(comm) {
+  const detail::CommRanks ranks = detail::comm_ranks(comm, members);
+  schedule_ = make_schedule(plan, ranks.world_rank);
+  detail::to_comm_peers(schedule_, ranks);
+}
+
+inline void NcclBoundaryExecutor::run(const void* source, std::size_t source_size, void* destination,
+                                      std::size_t destination_size, cudaStream_t stream) const {
+  const PlanBuffers buffers{source, destination, source_size, destination_size};
+  detail::check_plan_buffers(schedule_, buffers, "the plan");
+  const detail::PartToRun part{&schedule_, buffers};
+  detail::post_waves_nccl(&part, 1, comm_, stream);
+}
+
+inline NcclBoundaryStep::NcclBoundaryStep(const BoundaryPlan* forward, const BoundaryPlan* backward,
+                                          ncclComm_t comm, RankList members)
+    : comm_(comm) {
+  const detail::CommRanks ranks = detail::comm_ranks(comm, members);
+  schedule_ = make_step_schedule(forward, backward, ranks.world_rank);
+  for (StepPart& part : schedule_.parts) detail::to_comm_peers(part.schedule, ranks);
+}
+
+inline void NcclBoundaryStep::run(const StepBuffers& buffers, cudaStream_t stream) const {
+  std::array<detail::PartToRun, 2> parts{};  // a step has at most two parts; run() does not allocate
+  std::size_t count = 0;
+  for (const StepPart& part : schedule_.parts) {
+    detail::check_plan_buffers(part.schedule, buffers.of(part.direction),
+                               detail::step_part_name(part.direction));
+    parts[count++] = detail::PartToRun{&part.schedule, buffers.of(part.direction)};
+  }
+  detail::post_waves_nccl(parts.data(), count, comm_, stream);
 }
 
 }  // namespace zipccl::hetero

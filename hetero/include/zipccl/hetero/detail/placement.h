@@ -4,6 +4,8 @@
 // (replica, cp) position without sequence parallelism, or a single rank with it. Parties of one
 // module are disjoint, and for each sample the parties of the sample's replica partition its rows.
 // All members of a party lay out their buffers identically, so offsets are stored once per party.
+// A range is rows of one sample at consecutive buffer rows (an image-only layout has at most two per
+// sample; the LLM's combined layouts one per image piece), so a transfer inside one is contiguous.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,8 @@ struct Party {
   std::vector<std::int64_t> range_offset;  // byte offset of each range in a member's buffer
   std::int64_t buffer_bytes = 0;
 };
+
+inline std::int64_t row_offset(const Party& p, int slot, std::int64_t row, std::int64_t row_bytes);
 
 struct Placement {
   const Module* module = nullptr;
@@ -48,15 +52,48 @@ struct Placement {
   }
   // Byte offset of row `row` of sample s in the buffer of any member of party p; the row must be kept.
   std::int64_t offset(int party, int s, std::int64_t row) const {
-    const Party& p = parties[party];
-    for (int i = p.first_range[slot[s]]; i < p.first_range[slot[s] + 1]; ++i) {
-      if (row >= p.ranges[i].begin && row < p.ranges[i].end) {
-        return p.range_offset[i] + (row - p.ranges[i].begin) * row_bytes;
-      }
-    }
-    return -1;
+    return row_offset(parties[party], slot[s], row, row_bytes);
   }
 };
+
+// Byte offset of row `row` of the sample at `slot` among p's samples; -1 when p does not keep it.
+inline std::int64_t row_offset(const Party& p, int slot, std::int64_t row, std::int64_t row_bytes) {
+  for (int i = p.first_range[slot]; i < p.first_range[slot + 1]; ++i) {
+    if (row >= p.ranges[i].begin && row < p.ranges[i].end) return p.range_offset[i] + (row - p.ranges[i].begin) * row_bytes;
+  }
+  return -1;
+}
+
+// Party (replica d, cp c, tp t; t ignored without sequence parallelism) of module m, whose replica
+// holds `samples` (ascending); `segments` is scratch space.
+inline void build_party(const Module& m, const BoundaryBatch& batch, const std::vector<int>& samples, int d, int c,
+                        int t, Party& p, std::vector<BufferSegment>& segments) {
+  const bool sp = m.sequence_parallel();
+  const int stage = m.boundary_stage();
+  p.replica = d;
+  p.cp = c;
+  p.tp = sp ? t : -1;
+  p.samples = samples;
+  if (sp) {
+    p.ranks.push_back(m.rank(Coords{t, c, d, stage}));
+  } else {
+    for (int u = 0; u < m.tp(); ++u) p.ranks.push_back(m.rank(Coords{u, c, d, stage}));
+  }
+  segments.clear();
+  p.buffer_bytes = kept_segments(m, batch, samples, c, sp ? t : 0, segments) * batch.row_bytes();
+  p.first_range.reserve(samples.size() + 1);
+  p.ranges.reserve(segments.size());
+  p.range_offset.reserve(segments.size());
+  std::size_t next = 0;
+  for (int s : samples) {
+    p.first_range.push_back(static_cast<int>(p.ranges.size()));
+    for (; next < segments.size() && segments[next].sample == s; ++next) {
+      p.ranges.push_back(segments[next].rows);
+      p.range_offset.push_back(segments[next].offset);
+    }
+  }
+  p.first_range.push_back(static_cast<int>(p.ranges.size()));
+}
 
 inline Placement make_placement(const Module& m, const BoundaryBatch& batch, int world_size) {
   Placement pl;
@@ -74,39 +111,13 @@ inline Placement make_placement(const Module& m, const BoundaryBatch& batch, int
     pl.slot[s] = static_cast<int>(samples_of[pl.replica_of[s]].size());
     samples_of[pl.replica_of[s]].push_back(s);
   }
-  const int stage = m.boundary_stage();
+  std::vector<BufferSegment> segments;
   for (int d = 0; d < m.dp(); ++d) {
-    const std::vector<int>& samples = samples_of[d];
     for (int c = 0; c < m.cp(); ++c) {
       for (int t = 0; t < per_cp; ++t) {
         const int index = pl.party_index(d, c, t);
-        Party& p = pl.parties[index];
-        p.replica = d;
-        p.cp = c;
-        p.tp = sp ? t : -1;
-        p.samples = samples;
-        if (sp) {
-          p.ranks.push_back(m.rank(Coords{t, c, d, stage}));
-        } else {
-          for (int u = 0; u < m.tp(); ++u) p.ranks.push_back(m.rank(Coords{u, c, d, stage}));
-        }
-        for (int r : p.ranks) pl.party_of_rank[r] = index;
-        p.first_range.reserve(samples.size() + 1);
-        p.ranges.reserve(samples.size());
-        p.range_offset.reserve(samples.size());
-        std::int64_t offset = 0;
-        for (int s : samples) {
-          p.first_range.push_back(static_cast<int>(p.ranges.size()));
-          RowRange rows[2];
-          const int k = stored_rows(m, batch.tokens[s], c, sp ? t : 0, rows);
-          for (int i = 0; i < k; ++i) {
-            p.ranges.push_back(rows[i]);
-            p.range_offset.push_back(offset);
-            offset += rows[i].size() * pl.row_bytes;
-          }
-        }
-        p.first_range.push_back(static_cast<int>(p.ranges.size()));
-        p.buffer_bytes = offset;
+        build_party(m, batch, samples_of[d], d, c, t, pl.parties[index], segments);
+        for (int r : pl.parties[index].ranks) pl.party_of_rank[r] = index;
       }
     }
   }

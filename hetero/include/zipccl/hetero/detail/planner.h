@@ -64,6 +64,31 @@ inline std::vector<std::int64_t> water_fill(const std::vector<std::int64_t>& loa
   return caps;
 }
 
+// Cuts a source party's demand stream into k equal consecutive pieces, piece h sent by member h:
+// calls emit(h, demand, rows) for each part of a demand, in stream order.
+template <class Emit>
+void cut_stream(const std::vector<Demand>& stream, std::int64_t k, Emit&& emit) {
+  if (stream.empty()) return;
+  std::int64_t total = 0;
+  for (const Demand& d : stream) total += d.rows.size();
+  std::size_t item = 0;
+  std::int64_t used = 0;  // rows of stream[item] already sent
+  for (std::int64_t h = 0; h < k; ++h) {
+    std::int64_t quota = split_point(total, h + 1, k) - split_point(total, h, k);
+    while (quota > 0) {
+      const Demand& d = stream[item];
+      const std::int64_t take = std::min(quota, d.rows.size() - used);
+      emit(h, d, RowRange{d.rows.begin + used, d.rows.begin + used + take});
+      quota -= take;
+      used += take;
+      if (used == d.rows.size()) {
+        ++item;
+        used = 0;
+      }
+    }
+  }
+}
+
 inline std::int64_t max_sent(const BoundaryPlan& plan) {
   std::vector<std::int64_t> sent(plan.world_size, 0);
   std::int64_t most = 0;
@@ -329,30 +354,11 @@ class Planner {
     budget_.take(cut_extra);  // the demands themselves were counted as they were made
     phase0_.reserve(phase0_.size() + cut_transfers);
     for (int q = 0; q < static_cast<int>(ps_.parties.size()); ++q) {
-      const std::vector<Demand>& stream = demands_[q];
-      if (stream.empty()) continue;
       const Party& Q = ps_.parties[q];
-      const std::int64_t k = static_cast<std::int64_t>(Q.ranks.size());
-      std::int64_t total = 0;
-      for (const Demand& d : stream) total += d.rows.size();
-      std::size_t item = 0;
-      std::int64_t used = 0;  // rows of stream[item] already sent
-      for (std::int64_t h = 0; h < k; ++h) {
-        std::int64_t quota = split_point(total, h + 1, k) - split_point(total, h, k);
-        while (quota > 0) {
-          const Demand& d = stream[item];
-          const std::int64_t take = std::min(quota, d.rows.size() - used);
-          const RowRange rows{d.rows.begin + used, d.rows.begin + used + take};
-          phase0_.push_back(make_transfer(Q.ranks[h], d.receiver, d.sample, rows, BufferKind::source,
-                                          ps_.offset(q, d.sample, rows.begin)));
-          quota -= take;
-          used += take;
-          if (used == d.rows.size()) {
-            ++item;
-            used = 0;
-          }
-        }
-      }
+      cut_stream(demands_[q], static_cast<std::int64_t>(Q.ranks.size()), [&](std::int64_t h, const Demand& d, RowRange rows) {
+        phase0_.push_back(make_transfer(Q.ranks[h], d.receiver, d.sample, rows, BufferKind::source,
+                                        ps_.offset(q, d.sample, rows.begin)));
+      });
     }
   }
 

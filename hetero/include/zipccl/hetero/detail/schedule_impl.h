@@ -6,15 +6,17 @@
 namespace zipccl::hetero {
 namespace detail {
 
-// Builds schedules for ranks [base, base + out.size()) of the world.
-inline void build_schedules(const BoundaryPlan& plan, int base, std::vector<RankSchedule>& out) {
-  const int world = plan.world_size;
+// Builds schedules for ranks [base, base + out.size()) of the world from `phases` (a whole plan's,
+// or a rank's share of it: transfers other ranks' schedules do not see may be absent);
+// sizes(schedule) fills in its buffer sizes.
+template <class Sizes>
+void build_schedules(const std::vector<std::vector<Transfer>>& phases, int world, int base, Sizes&& sizes,
+                     std::vector<RankSchedule>& out) {
   for (std::size_t i = 0; i < out.size(); ++i) {
     RankSchedule& rs = out[i];
     rs.rank = base + static_cast<int>(i);
-    rs.source_bytes = plan.source_bytes[rs.rank];
-    rs.destination_bytes = plan.destination_bytes[rs.rank];
-    rs.phases.assign(plan.phases.size(), PhaseOps{});
+    sizes(rs);
+    rs.phases.assign(phases.size(), PhaseOps{});
   }
   auto mine = [&](int r) { return r >= base && r < base + static_cast<int>(out.size()); };
   struct PairLast {
@@ -22,10 +24,10 @@ inline void build_schedules(const BoundaryPlan& plan, int base, std::vector<Rank
     std::int64_t src_end, dst_end;
     int send_index, recv_index;  // -1 where that side is not built here
   };
-  for (std::size_t phase = 0; phase < plan.phases.size(); ++phase) {
+  for (std::size_t phase = 0; phase < phases.size(); ++phase) {
     std::unordered_map<std::int64_t, PairLast> last;
-    last.reserve(out.size() == 1 ? 64 : plan.phases[phase].size());
-    for (const Transfer& t : plan.phases[phase]) {
+    last.reserve(out.size() == 1 ? 64 : phases[phase].size());
+    for (const Transfer& t : phases[phase]) {
       if (t.src == t.dst) {
         if (!mine(t.src)) continue;
         auto& copies = out[t.src - base].phases[phase].copies;
@@ -67,6 +69,13 @@ inline void build_schedules(const BoundaryPlan& plan, int base, std::vector<Rank
       last[key] = p;
     }
   }
+}
+
+inline void build_schedules(const BoundaryPlan& plan, int base, std::vector<RankSchedule>& out) {
+  build_schedules(plan.phases, plan.world_size, base, [&](RankSchedule& rs) {
+    rs.source_bytes = plan.source_bytes[rs.rank];
+    rs.destination_bytes = plan.destination_bytes[rs.rank];
+  }, out);
 }
 
 }  // namespace detail

@@ -1,0 +1,85 @@
+// Per-rank planning: one rank's share of a boundary plan, computed without planning the world.
+//
+// plan_forward / plan_backward (plan.h) plan every rank: O(samples * parties + transfers) for the
+// whole job, tens of milliseconds at 16,384 ranks, on the training step's critical path if every rank
+// does it every micro-batch. plan_rank computes only the transfers rank `rank` sends or receives,
+// and they are exactly the world plan's transfers with src or dst == rank, in the world plan's
+// order (so make_schedule gives the same messages as make_schedule(plan_forward(...), rank)):
+//  - as a receiver, its own rows, each from the holding party; as a holder, its party's stream;
+//  - the exact cut of each source party's demand stream it takes part in (sender, or receiver of
+//    part of it) - the stream lists the demands of the receiving parties that need that party's
+//    rows, so the work is proportional to the transfers of the parties the rank deals with, plus
+//    O(samples) for the sample->replica maps (cached by RankPlanner).
+// Only the direct strategy (the library default) is planned per rank: scatter_allgather sizes its
+// relay pieces from every holder's load, a global quantity.
+//
+// RankPlanner keeps the last few plans keyed by the micro-batch (token counts, assignments, LLM
+// input), so a training loop whose micro-batches repeat shapes replans nothing.
+// Thread-safety: plan_rank is a pure function; a RankPlanner is not shared between threads.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <vector>
+
+#include "zipccl/hetero/plan.h"
+#include "zipccl/hetero/schedule.h"
+
+namespace zipccl::hetero {
+
+struct RankPlan {
+  int rank = -1;
+  int world_size = 0;
+  Direction direction = Direction::forward;
+  int encoder = 0;
+  std::int64_t row_bytes = 0;
+  std::int64_t source_bytes = 0;       // this rank's buffers, as BoundaryPlan::source_bytes[rank]
+  std::int64_t destination_bytes = 0;
+  std::vector<std::vector<Transfer>> phases;  // one phase (direct); transfers with src or dst == rank
+
+  std::size_t num_transfers() const {
+    std::size_t n = 0;
+    for (const auto& p : phases) n += p.size();
+    return n;
+  }
+};
+
+// Throws as plan_forward does (bad batch, bad encoder index, byte counts beyond 64 bits), LayoutError
+// for a strategy other than direct or a rank outside the world, LimitError when this rank's work
+// exceeds options.max_transfers.
+inline RankPlan plan_rank(const Layout& layout, int encoder, const BoundaryBatch& batch, Direction direction,
+                          int rank, const PlanOptions& options = {});
+
+// The rank's messages, as make_schedule(world plan, rank) would build them.
+inline RankSchedule make_schedule(const RankPlan& plan);
+
+class RankPlanner {
+ public:
+  // `layout` must outlive the planner.
+  RankPlanner(const Layout& layout, int encoder, int rank, std::size_t capacity = 8, PlanOptions options = {})
+      : layout_(layout), encoder_(encoder), rank_(rank), capacity_(capacity < 1 ? 1 : capacity), options_(options) {}
+
+  // The plan for this micro-batch, from the cache when an equal batch was planned recently.
+  const RankPlan& plan(const BoundaryBatch& batch, Direction direction);
+
+  std::size_t hits() const { return hits_; }
+  std::size_t misses() const { return misses_; }
+
+ private:
+  struct Entry {
+    BoundaryBatch batch;
+    Direction direction;
+    RankPlan plan;
+  };
+  const Layout& layout_;
+  int encoder_;
+  int rank_;
+  std::size_t capacity_;
+  PlanOptions options_;
+  std::list<Entry> entries_;  // most recently used first
+  std::size_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace zipccl::hetero
+
+#include "zipccl/hetero/detail/rank_plan_impl.h"

@@ -1,0 +1,100 @@
+// Planning time at 16,384 ranks: the world planner (every rank's transfers) against one rank
+// planning only its own (rank_plan.h), cold and from RankPlanner's cache. A benchmark, not a test:
+// its figures go into BENCHMARKS.md section 3.
+//   hetero_plan_bench [ranks to sample, default 256]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "zipccl/hetero/parse.h"
+#include "zipccl/hetero/rank_plan.h"
+
+using namespace zipccl::hetero;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void run(const char* name, const LayoutSpec& spec, const BoundaryBatch& batch, int sampled) {
+  const Layout layout(spec);
+  const int world = layout.world_size();
+  double world_seconds = 1e9;
+  std::size_t transfers = 0;
+  for (int rep = 0; rep < 3; ++rep) {  // best of three: the machine is shared
+    const auto t0 = Clock::now();
+    const BoundaryPlan f = plan_forward(layout, 0, batch), b = plan_backward(layout, 0, batch);
+    world_seconds = std::min(world_seconds, since(t0));
+    transfers = f.num_transfers() + b.num_transfers();
+  }
+  double cold_max = 0, cold_sum = 0, warm_max = 0, warm_sum = 0;
+  std::size_t most = 0;
+  int worst = -1;
+  for (int i = 0; i < sampled; ++i) {
+    const int r = static_cast<int>(static_cast<std::int64_t>(i) * world / sampled);
+    // Best of five fresh planners per rank (other processes share the cores; a preempted run is
+    // not the planner's time), then the same planner again: a cache hit.
+    double cold = 1e9, warm = 1e9;
+    std::size_t n = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      RankPlanner planner(layout, 0, r);
+      auto t0 = Clock::now();
+      n = planner.plan(batch, Direction::forward).num_transfers() +
+          planner.plan(batch, Direction::backward).num_transfers();
+      cold = std::min(cold, since(t0));
+      t0 = Clock::now();
+      planner.plan(batch, Direction::forward);
+      planner.plan(batch, Direction::backward);
+      warm = std::min(warm, since(t0));
+    }
+    if (cold > cold_max) worst = r;
+    cold_max = std::max(cold_max, cold);
+    warm_max = std::max(warm_max, warm);
+    cold_sum += cold;
+    warm_sum += warm;
+    most = std::max(most, n);
+  }
+  std::printf("%s\n  world planner, forward + backward: %.1f ms (%zu transfers; best of 3)\n", name,
+              world_seconds * 1e3, transfers);
+  std::printf("  per rank, forward + backward, %d ranks sampled (best of 5 each): cold mean %.3f ms, max %.3f ms (rank %d); "
+              "cached mean %.4f ms, max %.4f ms; at most %zu transfers for one rank\n",
+              sampled, cold_sum / sampled * 1e3, cold_max * 1e3, worst, warm_sum / sampled * 1e3, warm_max * 1e3,
+              most);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int sampled = argc > 1 ? std::atoi(argv[1]) : 256;
+  {
+    LayoutSpec spec;
+    spec.world_size = 16384;
+    spec.encoders.push_back(parse_module_spec("name=vision,tp=2,ranks=0-4095"));
+    spec.llm = parse_module_spec("name=llm,tp=8,pp=4,cp=2,sp,ranks=4096-16383");
+    run("16,384 ranks: encoder tp2 on 0-4095, LLM tp8 pp4 cp2 sp on 4096-16383, 12,288 x 576 tokens",
+        spec, BoundaryBatch{std::vector<std::int64_t>(12288, 576), 8192, 2}, sampled);
+  }
+  {
+    LayoutSpec spec;
+    spec.world_size = 16384;
+    spec.llm = parse_module_spec("name=llm,tp=8,pp=4");
+    spec.encoders.push_back(parse_module_spec("name=vision,tp=1"));
+    run("16,384 ranks: LLM tp8 pp4, encoder tp1 colocated, 16,384 x 576 tokens", spec,
+        BoundaryBatch{std::vector<std::int64_t>(16384, 576), 8192, 2}, sampled);
+  }
+  {
+    // The combined input: each sample 4,096 positions, three images of 576 tokens spliced in.
+    LayoutSpec spec;
+    spec.world_size = 16384;
+    spec.encoders.push_back(parse_module_spec("name=vision,tp=2,ranks=0-4095"));
+    spec.llm = parse_module_spec("name=llm,tp=8,pp=4,cp=2,sp,ranks=4096-16383");
+    BoundaryBatch batch{std::vector<std::int64_t>(12288, 1728), 8192, 2};
+    batch.llm_sequence.format = SequenceFormat::thd;
+    batch.llm_sequence.length.assign(12288, 4096);
+    batch.llm_sequence.images.assign(12288, {{32, 576}, {1200, 576}, {2600, 576}});
+    run("same, LLM input thd: 12,288 sequences of 4,096 with 3 x 576 image tokens each", spec, batch, sampled);
+  }
+  return 0;
+}

