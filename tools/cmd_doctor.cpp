@@ -98,6 +98,17 @@ size_t log_size() {
   return g_log.size();
 }
 
+// Prints what follows `lead` in the first (all: every) plugin log line holding it, after `label`.
+void print_logged(const std::string& lead, const char* label, bool all) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  for (const LogLine& l : g_log) {
+    const size_t at = l.text.find(lead);
+    if (at == std::string::npos) continue;
+    std::printf("  %s%s\n", label, l.text.c_str() + at + lead.size());
+    if (!all) break;
+  }
+}
+
 // The plugin's version, from the INFO line its init logs first ("NET/zipccl : zipccl 0.1.0 (git
 // ...)"): the plugin exports nothing but its ncclNetPlugin tables. Empty when no such line came.
 std::string plugin_version() {
@@ -462,16 +473,11 @@ int run_check(const Options& opt) {
                         ": install both from one build");
     // The plugin's own word on device buffers (the INFO line that opens with "GPU path: ", logged once
     // at getProperties): on, or off and why. Other lines only mention the GPU path (settings' docs).
-    {
-      std::lock_guard<std::mutex> lock(g_log_mu);
-      const std::string kLead = " : GPU path: ";
-      for (const LogLine& l : g_log) {
-        const size_t at = l.text.find(kLead);
-        if (at == std::string::npos) continue;
-        std::printf("  GPU path  %s\n", l.text.c_str() + at + kLead.size());
-        break;
-      }
-    }
+    print_logged(" : GPU path: ", "GPU path  ", false);
+    // ZIPCCL_NET_INNER: the inner plugin's library, name, ABI version, then each of its devices with its
+    // properties, as the plugin logged them when it opened it.
+    print_logged(" : inner plugin ", "inner     ", false);
+    print_logged(" : inner device ", "  device  ", true);
     if (opt.verbose) {
       std::lock_guard<std::mutex> lock(g_log_mu);
       std::printf("\nplugin log\n");

@@ -216,7 +216,7 @@ def draw(root, rooms, links):
     for r in order:
         direct = sorted(d for d in links[r] if not any(d in reach[o] for o in links[r] if o != d))
         arrow = "-> " + ", ".join(direct) if direct else ""
-        lines.append(f"  {r:<{width}}  {arrow:<18} {ROLE.get(r, '')}".rstrip())
+        lines.append(f"  {r:<{width}}  {arrow:<22} {ROLE.get(r, '')}".rstrip())
     lines.append("")
     lines.append("  transport.h (plugin/src): the transports' interface; every room but common may use it")
     lines.append("```")

@@ -23,6 +23,11 @@ struct DeviceInfo {
   std::string pci_path;  // empty when unknown
   int speed_mbps = 10000;
   uint64_t guid = 0;
+  // Set by transports over another plugin (inner_transport.cpp): its values, passed on to NCCL.
+  float latency_us = 0;
+  int port = 0;
+  bool host_ptr = true;  // false: the device cannot carry host memory (NCCL_PTR_HOST clear)
+  size_t max_bytes = 0;  // largest message the device carries; 0: no limit below zipccl's own
 };
 
 class SendConn {

@@ -3,10 +3,13 @@
 // NCCL's own compatibility layer does.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -53,6 +56,14 @@ inline bool log_contains(const char* what) {
     if (l.find(what) != std::string::npos) return true;
   }
   return false;
+}
+
+// Runs over an inner plugin that may not have been built (ZIPCCL_TEST_INNER_REQUIRED names its file,
+// tests/inner/inner_tests.cmake): why the test must skip, or empty.
+inline std::string inner_plugin_absent() {
+  const char* need = std::getenv("ZIPCCL_TEST_INNER_REQUIRED");
+  if (!need || !*need || access(need, R_OK) == 0) return "";
+  return std::string("inner plugin build absent: ") + need + " (tools/ofi_build.sh builds it)";
 }
 
 inline void* plugin_library() {

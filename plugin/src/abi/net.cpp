@@ -11,6 +11,7 @@
 #include "common/settings.h"
 #include "common/version.h"
 #include "gpu/gpu_path.h"
+#include "inner/inner_transport.h"
 #include "layer/comm.h"
 #include "transport.h"
 
@@ -39,6 +40,7 @@ std::mutex g_init_mu;
 Transport* g_transport = nullptr;
 std::vector<DeviceInfo> g_devices;
 int g_contexts = 0;  // v11+ init/finalize reference count
+bool g_inner = false;  // g_transport runs over ZIPCCL_NET_INNER's plugin
 
 template <typename T>
 T* as(void* p, uint32_t magic) {
@@ -75,7 +77,22 @@ ncclResult_t net_init(ncclDebugLogger_t logger) {
   // First, so that a bug report's log says which build it came from (zipccl doctor reads it back).
   ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "zipccl %s", version_string());
   log_settings_once();
-  Transport* t = pick_transport(settings().transport);
+  Transport* t = nullptr;
+  if (!settings().net_inner.empty()) {
+    // The inner plugin or nothing: a failure returns an error (NCCL falls back to its own transports),
+    // never a silent change to another transport.
+    bool self = false;
+    ZIPCCL_CHECK(open_inner_transport(settings().net_inner, logger, &t, &self));
+    if (self) {
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
+                  "ZIPCCL_NET_INNER=%s names this library: loaded as the inner plugin of another zipccl, it "
+                  "carries bytes only (built-in transport, ZIPCCL_COMPRESS=never)",
+                  settings().net_inner.c_str());
+      settings_inner_role();
+    }
+    g_inner = !self;
+  }
+  if (!t) t = pick_transport(settings().transport);
   if (!t) return ncclSystemError;
   std::vector<DeviceInfo> devs(t->device_count());
   for (int i = 0; i < t->device_count(); ++i) ZIPCCL_CHECK(t->device_info(i, &devs[i]));
@@ -113,8 +130,14 @@ ncclResult_t net_finalize_ctx(void* ctx) {
   }
   delete static_cast<Context*>(ctx);
   // Transport, settings and the worker pool live as long as the process (the library is built
-  // nodelete): connections of other communicators may still be open.
-  --g_contexts;
+  // nodelete): connections of other communicators may still be open. An inner plugin is finalized
+  // (once) with the last context, as NCCL would finalize it; a later init opens it again.
+  if (--g_contexts == 0 && g_inner) {
+    finalize_inner_transport();
+    g_inner = false;
+    g_transport = nullptr;
+    g_devices.clear();
+  }
   return ncclSuccess;
 }
 
@@ -136,13 +159,13 @@ ncclResult_t net_properties(int dev, Properties* p) {
   p->guid = d.guid;
   // Device buffers only where the GPU path is usable (a CUDA device here, or the tests' emulation);
   // otherwise NCCL stages GPU data in host memory for us.
-  p->ptr_support = NCCL_PTR_HOST | (gpu::device_ops() ? NCCL_PTR_CUDA : 0);
+  p->ptr_support = (d.host_ptr ? NCCL_PTR_HOST : 0) | (gpu::device_ops() ? NCCL_PTR_CUDA : 0);
   p->speed = d.speed_mbps;
-  p->port = 0;
-  p->latency = 0;
+  p->port = d.port;
+  p->latency = d.latency_us;
   p->max_comms = 65536;
   p->max_recvs = 1;
-  p->max_bytes = INT_MAX;
+  p->max_bytes = d.max_bytes && d.max_bytes < INT_MAX ? d.max_bytes : INT_MAX;
   return ncclSuccess;
 }
 

@@ -218,6 +218,8 @@ std::vector<Entry> registry(Settings* s) {
       choice("ZIPCCL_TRANSPORT", &s->transport,
              "socket|ib|auto: ib = RDMA verbs, opt-in until validated on RDMA hardware (auto: ib when an active "
              "port exists)"),
+      text("ZIPCCL_NET_INNER", &s->net_inner,
+           "another NCCL net plugin to compress over (name as NCCL_NET_PLUGIN, or a path; empty: none)"),
       integer("ZIPCCL_IB_QPS", &s->ib_qps, 1, 8, "RC queue pairs per RDMA connection"),
       integer("NCCL_IB_TC", &s->ib_tc, 0, kIbTcMax, "RDMA: traffic class of the queue pairs (GRH)"),
       integer("NCCL_IB_SL", &s->ib_sl, 0, kIbSlMax, "RDMA: service level of the queue pairs"),
@@ -256,6 +258,12 @@ void read_all() {
 const Settings& settings() {
   std::call_once(g_read_once, read_all);
   return g_settings;
+}
+
+void settings_inner_role() {
+  settings();
+  g_settings.compress = CompressMode::kNever;
+  g_settings.net_inner.clear();
 }
 
 void log_settings_once() {

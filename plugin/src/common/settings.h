@@ -53,6 +53,9 @@ struct Settings {
   int io_timeout_ms = 0;  // 0: none; otherwise a stalled transfer fails after this long
   // The verbs path is opt-in until validated on RDMA hardware.
   TransportChoice transport = TransportChoice::kSocket;
+  // Another NCCL net plugin to run under the compressing layer (name as NCCL_NET_PLUGIN, or a path);
+  // empty: none. Takes precedence over `transport` (docs/notes/inner.md).
+  std::string net_inner;
   int ib_qps = 2;                   // RC queue pairs per RDMA connection
   // RDMA queue pair attributes, NCCL's variables with NCCL's defaults (ranges above).
   int ib_tc = 0;          // NCCL_IB_TC: GRH traffic class
@@ -74,6 +77,9 @@ inline uint64_t effective_segment_bytes(uint64_t v) {
 
 // Reads the registry on first use (thread-safe) and returns it.
 const Settings& settings();
+// This instance was loaded as the inner plugin of another zipccl (ZIPCCL_NET_INNER naming itself): it
+// carries bytes only; the outer instance compresses. Sets compress to never (INFO line).
+void settings_inner_role();
 // Logs every setting with its effective value (once per process) and any parse warnings.
 void log_settings_once();
 // Formats a byte count the way the settings are written ("64KiB").

@@ -1,0 +1,733 @@
+// The inner-plugin transport: each transport message (kMetaBytes of frame header + payload) travels as
+// two messages of the inner plugin, a fixed-size header (the metadata and the payload's length) and
+// the payload. Why two and not a prefix in one message: the receiver must post its inner receive
+// before anything arrives, and only a receive into NCCL's own buffer keeps raw messages zero-copy; a
+// prefix would shift the payload out of place and could push a raw message of exactly the posted size
+// past it. With two messages the payload receive is posted into NCCL's buffer with the posted size at
+// irecv time (post_target), next to the header receive, so the sender never waits for a round trip;
+// a raw payload is at most the posted size (NCCL's rule) and a codec frame is smaller than its data
+// (the compressing layer sends raw otherwise), so no message ever exceeds what the receiver posted.
+// A codec frame that landed in NCCL's buffer is copied (compressed bytes) to the compressing layer's
+// staging before it is decoded into that buffer.
+//
+// Memory: NCCL's regMr of a comm is forwarded to the inner plugin (BufferRegistry); a payload in
+// memory the inner does not know (the compressing layer's staging, or an unregistered user buffer)
+// goes through a bounce buffer of the connection, registered once and grown when a larger message
+// comes. Every call here is non-blocking: a NULL request from the inner is retried on the next call.
+#include "inner/inner_transport.h"
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/log.h"
+#include "common/settings.h"
+#include "inner/inner_net.h"
+
+namespace zipccl {
+namespace net {
+namespace {
+
+constexpr int kTag = 0;                            // every inner message: matching is by order
+constexpr size_t kHeaderBytes = kMetaBytes + 8;    // metadata + payload length (little-endian u64)
+constexpr int kSendSlots = 16;                     // transport messages in flight per send connection
+
+struct Inner {
+  std::unique_ptr<InnerNet> net;
+  std::vector<InnerProps> props;
+};
+std::mutex g_mu;
+Inner* g_inner = nullptr;  // the open inner plugin; finalized and freed by finalize_inner_transport()
+
+const char* inner_name() { return g_inner ? g_inner->net->name() : "?"; }
+
+// An inner call that failed: its own WARN is already in the log (it logs through NCCL's logger too);
+// ours names the call, and the result code goes up unchanged.
+#define INNER_CHECK(call, what, ...)                                                                   \
+  do {                                                                                                 \
+    ncclResult_t inner_res_ = (call);                                                                  \
+    if (inner_res_ != ncclSuccess) {                                                                   \
+      ZIPCCL_WARN("inner plugin %s: " what " failed (error %d; its own message, if any, is above)",     \
+                  inner_name(), ##__VA_ARGS__, static_cast<int>(inner_res_));                          \
+      return inner_res_;                                                                               \
+    }                                                                                                  \
+  } while (0)
+
+// Registrations with the inner plugin on one comm: NCCL's buffers (pinned through the compressing
+// layer, counted per address) and the connection's own buffers.
+class Registrations {
+ public:
+  Registrations(InnerNet* net, void* comm) : net_(net), comm_(comm) {}
+  // Deregisters nothing by itself: clear() first where that is safe (see the connections' destructors).
+  // Deregisters everything (before the comm closes).
+  void clear() {
+    for (auto& r : regs_) net_->dereg_mr(comm_, r.second.mh);
+    regs_.clear();
+  }
+  ncclResult_t add(const MemDesc& m) {
+    auto key = reinterpret_cast<uintptr_t>(m.data);
+    auto it = regs_.find(key);
+    if (it != regs_.end() && it->second.size >= m.size) {
+      ++it->second.count;
+      return ncclSuccess;
+    }
+    void* mh = nullptr;
+    int type = m.device ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
+    INNER_CHECK(net_->reg_mr_dmabuf(comm_, m.data, m.size, type, m.dmabuf_offset, m.dmabuf_fd, &mh),
+                "regMr of %zu bytes of %s memory", m.size, m.device ? "CUDA" : "host");
+    if (it != regs_.end()) {  // the same address again, larger: keep the larger registration
+      net_->dereg_mr(comm_, it->second.mh);
+      it->second.mh = mh;
+      it->second.size = m.size;
+      ++it->second.count;
+    } else {
+      regs_[key] = Reg{m.size, mh, 1};
+    }
+    return ncclSuccess;
+  }
+  void remove(void* data) {
+    auto it = regs_.find(reinterpret_cast<uintptr_t>(data));
+    if (it == regs_.end() || --it->second.count > 0) return;
+    net_->dereg_mr(comm_, it->second.mh);
+    regs_.erase(it);
+  }
+  // The inner's handle of a registration covering [p, p + n), or nullptr.
+  void* find(const void* p, size_t n) const {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    auto it = regs_.upper_bound(a);
+    if (it == regs_.begin()) return nullptr;
+    --it;
+    return a + n <= it->first + it->second.size ? it->second.mh : nullptr;
+  }
+
+ private:
+  struct Reg {
+    size_t size;
+    void* mh;
+    int count;
+  };
+  InnerNet* net_;
+  void* comm_;
+  std::map<uintptr_t, Reg> regs_;
+};
+
+// A host buffer of the connection, registered with the inner plugin; grows (re-registered) on demand.
+class Bounce {
+ public:
+  ncclResult_t reserve(Registrations* regs, size_t n) {
+    if (n <= cap_ && buf_) return ncclSuccess;
+    if (buf_) regs->remove(buf_.get());
+    size_t cap = n < 4096 ? 4096 : n;
+    buf_.reset(new char[cap]);
+    cap_ = cap;
+    MemDesc m;
+    m.data = buf_.get();
+    m.size = cap;
+    ncclResult_t r = regs->add(m);
+    if (r != ncclSuccess) {
+      buf_.reset();
+      cap_ = 0;
+    }
+    return r;
+  }
+  char* data() const { return buf_.get(); }
+
+ private:
+  std::unique_ptr<char[]> buf_;
+  size_t cap_ = 0;
+};
+
+// A connection closed with inner requests in flight (after a failure, or receives still posted when
+// the caller gave up on them). The inner comm, its registrations and the buffers they cover are left as
+// they are: closing or deregistering under in-flight requests crashed libfabric inside aws-ofi-nccl's
+// closeSend, and the inner may still write into the buffers. Such a close leaks a little instead of
+// crashing.
+// What such a connection leaves behind stays reachable here, for the process's lifetime.
+struct LeftOpen {
+  void* comm;
+  Registrations regs;
+  std::unique_ptr<char[]> headers;
+  std::vector<Bounce> bounces;
+};
+void leave_open(const char* what, int inflight, LeftOpen* left) {
+  ZIPCCL_WARN("inner plugin %s: closing a %s connection with %d inner request(s) in flight; its inner comm "
+              "and buffers are left open",
+              inner_name(), what, inflight);
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<LeftOpen>>* kept = new std::vector<std::unique_ptr<LeftOpen>>;
+  std::lock_guard<std::mutex> lock(mu);
+  kept->emplace_back(left);
+}
+
+// ZIPCCL_IO_TIMEOUT_MS over an inner plugin: a connection that has a transfer under way (a send
+// posted, or a receive whose header arrived) and sees no inner request complete for that long fails.
+// Some plugins never report a dead peer (aws-ofi-nccl over tcp;ofi_rxm leaves the requests pending).
+class Stall {
+ public:
+  void progressed() { last_ = std::chrono::steady_clock::now(); }
+  // True (after one WARN) when `busy` has lasted the timeout without progress.
+  bool check(bool busy, const char* what) {
+    const int ms = settings().io_timeout_ms;
+    if (!busy || ms <= 0) {
+      progressed();
+      return false;
+    }
+    if (std::chrono::steady_clock::now() - last_ < std::chrono::milliseconds(ms)) return false;
+    ZIPCCL_WARN("inner plugin %s: no %s progress for %d ms (ZIPCCL_IO_TIMEOUT_MS); failing the connection",
+                inner_name(), what, ms);
+    return true;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+// One inner request: posted (non-null), then tested until done (the inner frees it then).
+struct InnerReq {
+  void* req = nullptr;
+  bool posted = false, done = false;
+  size_t size = 0;  // bytes the inner reported at completion
+  void reset() { *this = InnerReq{}; }
+  bool in_flight() const { return posted && !done; }
+  ncclResult_t poll(InnerNet* net, const char* what, Stall* stall) {
+    if (!posted || done) return ncclSuccess;
+    int d = 0;
+    INNER_CHECK(net->test(req, &d, &size), "test of a %s", what);
+    if (d) {
+      done = true;
+      stall->progressed();
+    }
+    return ncclSuccess;
+  }
+};
+
+class InnerSendConn final : public SendConn, public BufferRegistry {
+ public:
+  InnerSendConn(InnerNet* net, void* comm) : net_(net), comm_(comm), regs_(net, comm), ops_(kSendSlots) {}
+  ~InnerSendConn() override {
+    int inflight = 0;
+    for (const Op& o : ops_) inflight += o.hdr.in_flight() + o.pay.in_flight();
+    if (inflight) {
+      auto* left = new LeftOpen{comm_, std::move(regs_), std::move(headers_), {}};
+      for (Op& o : ops_) left->bounces.push_back(std::move(o.bounce));
+      leave_open("send", inflight, left);
+      return;
+    }
+    regs_.clear();
+    if (net_->close_send(comm_) != ncclSuccess) ZIPCCL_WARN("inner plugin %s: closeSend failed", inner_name());
+  }
+  ncclResult_t init() {
+    headers_.reset(new char[kHeaderBytes * kSendSlots]);
+    MemDesc m;
+    m.data = headers_.get();
+    m.size = kHeaderBytes * kSendSlots;
+    return regs_.add(m);
+  }
+
+  ncclResult_t post(const uint8_t* meta, const void* payload, size_t len, int* op) override {
+    *op = kNoOp;
+    if (failed_) return ncclSystemError;
+    int i = 0;
+    while (i < kSendSlots && ops_[i].used) ++i;
+    if (i == kSendSlots) return progress(kNoOp);
+    Op& o = ops_[i];
+    char* h = header(i);
+    std::memcpy(h, meta, kMetaBytes);
+    uint64_t n = len;
+    std::memcpy(h + kMetaBytes, &n, sizeof n);
+    o.data = const_cast<void*>(payload);
+    o.len = len;
+    o.mh = len ? regs_.find(payload, len) : nullptr;
+    if (!len) {
+      o.data = h;  // a zero-byte message still needs a valid, registered address for some plugins
+      o.mh = regs_.find(h, kHeaderBytes);
+    } else if (!o.mh) {  // memory the inner does not know: the compressing layer's staging
+      ncclResult_t r = o.bounce.reserve(&regs_, len);
+      if (r != ncclSuccess) return fail(r);
+      std::memcpy(o.bounce.data(), payload, len);
+      o.data = o.bounce.data();
+      o.mh = regs_.find(o.data, len);
+    }
+    o.used = true;
+    o.counted = false;
+    o.hdr.reset();
+    o.pay.reset();
+    queue_.push_back(i);
+    backlog_ += len;
+    *op = i;
+    return progress(kNoOp);
+  }
+
+  ncclResult_t test(int op, bool* done) override {
+    *done = false;
+    if (op < 0 || op >= kSendSlots || !ops_[op].used) return ncclInternalError;
+    ncclResult_t r = progress(op);
+    if (r != ncclSuccess) return r;
+    Op& o = ops_[op];
+    if (o.hdr.done && o.pay.done) {
+      o.used = false;
+      *done = true;
+    }
+    return ncclSuccess;
+  }
+
+  void link_progress(uint64_t* delivered, uint64_t* backlog) override {
+    *delivered = delivered_;
+    *backlog = backlog_;
+  }
+
+  ncclResult_t pin(const MemDesc& mem) override { return pin_memory(&regs_, mem); }
+  void unpin(void* data) override { unpin_memory(&regs_, data); }
+
+  static ncclResult_t pin_memory(Registrations* regs, const MemDesc& mem);
+  static void unpin_memory(Registrations* regs, void* data);
+
+ private:
+  struct Op {
+    bool used = false;
+    void* data = nullptr;
+    size_t len = 0;
+    void* mh = nullptr;
+    InnerReq hdr, pay;
+    bool counted = false;
+    Bounce bounce;
+  };
+  char* header(int i) { return headers_.get() + kHeaderBytes * i; }
+  ncclResult_t fail(ncclResult_t r) {
+    failed_ = true;
+    return r;
+  }
+  // Posts queued messages in order (header, then payload; a NULL request stops until the next call),
+  // then tests op `poll`'s requests (kNoOp: none). Only those: a plugin's test progresses all of its
+  // traffic, and testing every request on every call cost a core's worth of polling at 8 in flight.
+  ncclResult_t progress(int poll) {
+    while (!queue_.empty()) {
+      int i = queue_.front();
+      Op& o = ops_[i];
+      if (!o.hdr.posted) {
+        ncclResult_t r = net_->isend(comm_, header(i), kHeaderBytes, kTag, regs_.find(header(i), kHeaderBytes),
+                                     &o.hdr.req);
+        if (r != ncclSuccess) {
+          ZIPCCL_WARN("inner plugin %s: isend of a header failed (error %d)", inner_name(), static_cast<int>(r));
+          return fail(r);
+        }
+        if (!o.hdr.req) break;
+        o.hdr.posted = true;
+      }
+      ncclResult_t r = net_->isend(comm_, o.data, o.len, kTag, o.mh, &o.pay.req);
+      if (r != ncclSuccess) {
+        ZIPCCL_WARN("inner plugin %s: isend of %zu bytes failed (error %d)", inner_name(), o.len,
+                    static_cast<int>(r));
+        return fail(r);
+      }
+      if (!o.pay.req) break;
+      o.pay.posted = true;
+      queue_.pop_front();
+    }
+    if (poll != kNoOp) {
+      Op& o = ops_[poll];
+      ncclResult_t r = o.hdr.poll(net_, "header send", &stall_);
+      if (r == ncclSuccess) r = o.pay.poll(net_, "payload send", &stall_);
+      if (r != ncclSuccess) return fail(r);
+      if (o.pay.done && !o.counted) {
+        o.counted = true;
+        delivered_ += o.len;
+        backlog_ -= o.len;
+      }
+    }
+    bool busy = false;
+    for (const Op& o : ops_) busy = busy || (o.used && !o.pay.done);
+    if (stall_.check(busy, "send")) return fail(ncclSystemError);
+    return ncclSuccess;
+  }
+
+  InnerNet* net_;
+  void* comm_;
+  Registrations regs_;
+  std::unique_ptr<char[]> headers_;  // kSendSlots headers, registered
+  std::vector<Op> ops_;
+  std::deque<int> queue_;  // ops not fully posted, in post order
+  Stall stall_;
+  uint64_t delivered_ = 0, backlog_ = 0;
+  bool failed_ = false;
+};
+
+// NCCL's regMr through the compressing layer. Device memory is registered with the inner only when
+// it takes device buffers (NCCL_PTR_CUDA); otherwise zipccl's GPU path stages it through host memory
+// and the inner never sees it.
+ncclResult_t InnerSendConn::pin_memory(Registrations* regs, const MemDesc& mem) {
+  if (mem.device) {
+    bool cuda = false;
+    for (const InnerProps& p : g_inner->props) cuda = cuda || (p.ptr_support & NCCL_PTR_CUDA);
+    if (!cuda) return ncclSuccess;
+  }
+  return regs->add(mem);
+}
+void InnerSendConn::unpin_memory(Registrations* regs, void* data) { regs->remove(data); }
+
+class InnerRecvConn final : public RecvConn, public BufferRegistry, public DeviceFlusher {
+ public:
+  InnerRecvConn(InnerNet* net, void* comm)
+      : net_(net), comm_(comm), regs_(net, comm), slots_(static_cast<size_t>(settings().max_requests)) {}
+  ~InnerRecvConn() override {
+    int inflight = 0;
+    for (const Slot& s : slots_) inflight += s.hdr.in_flight() + s.pay.in_flight();
+    if (inflight) {
+      auto* left = new LeftOpen{comm_, std::move(regs_), std::move(headers_), {}};
+      for (Slot& s : slots_) left->bounces.push_back(std::move(s.bounce));
+      leave_open("receive", inflight, left);
+      return;
+    }
+    regs_.clear();
+    if (net_->close_recv(comm_) != ncclSuccess) ZIPCCL_WARN("inner plugin %s: closeRecv failed", inner_name());
+  }
+  ncclResult_t init() {
+    headers_.reset(new char[kHeaderBytes * slots_.size()]);
+    MemDesc m;
+    m.data = headers_.get();
+    m.size = kHeaderBytes * slots_.size();
+    return regs_.add(m);
+  }
+
+  // One per receive, in receive order: the header's and the payload's inner receives.
+  ncclResult_t post_target(void* dst, size_t capacity, size_t /*staged_capacity*/) override {
+    if (failed_) return ncclSystemError;
+    size_t i = 0;
+    while (i < slots_.size() && slots_[i].used) ++i;
+    if (i == slots_.size()) {
+      ZIPCCL_WARN("inner transport: more receives posted than ZIPCCL_MAX_REQUESTS=%zu", slots_.size());
+      return ncclInternalError;
+    }
+    Slot& s = slots_[i];
+    s.used = true;
+    s.hdr.reset();
+    s.pay.reset();
+    s.capacity = capacity;
+    s.copy_to = nullptr;
+    s.consumed = false;
+    s.landing = static_cast<char*>(dst);
+    s.mh = capacity ? regs_.find(dst, capacity) : nullptr;
+    if (!capacity) {
+      s.landing = header(i);
+      s.mh = regs_.find(header(i), kHeaderBytes);
+    } else if (!s.mh) {  // not registered with us (device receives' staging, tests without regMr)
+      ncclResult_t r = s.bounce.reserve(&regs_, capacity);
+      if (r != ncclSuccess) return fail(r);
+      s.landing = s.bounce.data();
+      s.mh = regs_.find(s.landing, capacity);
+    }
+    posting_.push_back(static_cast<int>(i));
+    arriving_.push_back(static_cast<int>(i));
+    return progress(kNoOp);
+  }
+
+  ncclResult_t peek(uint8_t* meta, uint64_t* payload_len, bool* ready) override {
+    *ready = false;
+    if (failed_) return ncclSystemError;
+    ncclResult_t r = progress(arriving_.empty() ? kNoOp : arriving_.front());
+    if (r != ncclSuccess || arriving_.empty()) return r;
+    Slot& s = slots_[arriving_.front()];
+    if (!s.hdr.done) return ncclSuccess;
+    if (s.hdr.size != kHeaderBytes) {
+      ZIPCCL_WARN("inner plugin %s delivered a %zu-byte header (expected %zu): the peer is not a zipccl "
+                  "inner transport",
+                  inner_name(), s.hdr.size, kHeaderBytes);
+      return fail(ncclSystemError);
+    }
+    const char* h = header(arriving_.front());
+    std::memcpy(meta, h, kMetaBytes);
+    std::memcpy(payload_len, h + kMetaBytes, sizeof *payload_len);
+    *ready = true;
+    return ncclSuccess;
+  }
+
+  ncclResult_t recv(void* dst, size_t capacity, int* op) override {
+    *op = kNoOp;
+    if (arriving_.empty()) return ncclInternalError;
+    int i = arriving_.front();
+    Slot& s = slots_[i];
+    uint64_t len = 0;
+    std::memcpy(&len, header(i) + kMetaBytes, sizeof len);
+    if (len > capacity || len > s.capacity) {
+      ZIPCCL_WARN("inner transport: a %llu-byte payload for a %zu-byte receive", (unsigned long long)len,
+                  capacity < s.capacity ? capacity : s.capacity);
+      return fail(ncclSystemError);
+    }
+    s.len = len;
+    s.copy_to = dst == s.landing ? nullptr : static_cast<char*>(dst);
+    s.consumed = true;
+    arriving_.pop_front();
+    *op = i;
+    return progress(kNoOp);
+  }
+
+  ncclResult_t test(int op, bool* done) override {
+    *done = false;
+    if (op < 0 || op >= static_cast<int>(slots_.size()) || !slots_[op].consumed) return ncclInternalError;
+    ncclResult_t r = progress(op);
+    if (r != ncclSuccess) return r;
+    Slot& s = slots_[op];
+    if (!s.pay.done) return ncclSuccess;
+    if (s.pay.size != s.len) {
+      ZIPCCL_WARN("inner plugin %s delivered %zu bytes where the header announced %llu", inner_name(), s.pay.size,
+                  (unsigned long long)s.len);
+      return fail(ncclSystemError);
+    }
+    if (s.copy_to && s.len) std::memcpy(s.copy_to, s.landing, s.len);
+    s.used = s.consumed = false;
+    *done = true;
+    return ncclSuccess;
+  }
+
+  ncclResult_t pin(const MemDesc& mem) override { return InnerSendConn::pin_memory(&regs_, mem); }
+  void unpin(void* data) override { InnerSendConn::unpin_memory(&regs_, data); }
+
+  // NCCL's iflush of a device buffer the inner wrote (GPUDirect): forwarded when the inner knows the
+  // buffer; nothing to do otherwise (zipccl's GPU path wrote it with its own copies).
+  ncclResult_t flush(void* data, size_t size, int* op) override {
+    *op = kNoOp;
+    void* mh = regs_.find(data, size);
+    if (!mh) return ncclSuccess;
+    int isize = static_cast<int>(size);
+    void* req = nullptr;
+    INNER_CHECK(net_->iflush(comm_, 1, &data, &isize, &mh, &req), "iflush of %zu bytes", size);
+    if (!req) return ncclSuccess;
+    size_t k = 0;
+    while (k < flushes_.size() && flushes_[k]) ++k;
+    if (k == flushes_.size()) flushes_.push_back(nullptr);
+    flushes_[k] = req;
+    *op = static_cast<int>(k);
+    return ncclSuccess;
+  }
+  ncclResult_t test_flush(int op, bool* done) override {
+    *done = false;
+    if (op < 0 || op >= static_cast<int>(flushes_.size()) || !flushes_[op]) return ncclInternalError;
+    int d = 0;
+    INNER_CHECK(net_->test(flushes_[op], &d, nullptr), "test of a flush");
+    if (d) {
+      flushes_[op] = nullptr;
+      *done = true;
+    }
+    return ncclSuccess;
+  }
+
+ private:
+  struct Slot {
+    bool used = false, consumed = false;
+    char* landing = nullptr;  // where the payload's inner receive writes: NCCL's buffer, or the bounce
+    size_t capacity = 0;
+    void* mh = nullptr;
+    uint64_t len = 0;
+    char* copy_to = nullptr;  // recv()'s destination when it is not `landing`
+    InnerReq hdr, pay;
+    Bounce bounce;
+  };
+  char* header(size_t i) { return headers_.get() + kHeaderBytes * i; }
+  ncclResult_t fail(ncclResult_t r) {
+    failed_ = true;
+    return r;
+  }
+  // Posts pending inner receives in order, then tests slot `poll`'s requests (kNoOp: none), as on the
+  // send side.
+  ncclResult_t progress(int poll) {
+    while (!posting_.empty()) {
+      int i = posting_.front();
+      Slot& s = slots_[i];
+      if (!s.hdr.posted) {
+        void* data = header(i);
+        size_t size = kHeaderBytes;
+        int tag = kTag;
+        void* mh = regs_.find(data, size);
+        ncclResult_t r = net_->irecv(comm_, 1, &data, &size, &tag, &mh, &s.hdr.req);
+        if (r != ncclSuccess) {
+          ZIPCCL_WARN("inner plugin %s: irecv of a header failed (error %d)", inner_name(), static_cast<int>(r));
+          return fail(r);
+        }
+        if (!s.hdr.req) break;
+        s.hdr.posted = true;
+      }
+      void* data = s.landing;
+      size_t size = s.capacity;
+      int tag = kTag;
+      void* mh = s.mh;
+      ncclResult_t r = net_->irecv(comm_, 1, &data, &size, &tag, &mh, &s.pay.req);
+      if (r != ncclSuccess) {
+        ZIPCCL_WARN("inner plugin %s: irecv of %zu bytes failed (error %d)", inner_name(), size, static_cast<int>(r));
+        return fail(r);
+      }
+      if (!s.pay.req) break;
+      s.pay.posted = true;
+      posting_.pop_front();
+    }
+    if (poll != kNoOp) {
+      Slot& s = slots_[poll];
+      ncclResult_t r = s.hdr.poll(net_, "header receive", &stall_);
+      if (r == ncclSuccess && s.hdr.done) r = s.pay.poll(net_, "payload receive", &stall_);
+      if (r != ncclSuccess) return fail(r);
+    }
+    bool busy = false;  // a message whose header arrived and whose payload has not
+    for (const Slot& s : slots_) busy = busy || (s.used && s.hdr.done && !s.pay.done);
+    if (stall_.check(busy, "receive")) return fail(ncclSystemError);
+    return ncclSuccess;
+  }
+
+  InnerNet* net_;
+  void* comm_;
+  Registrations regs_;
+  std::unique_ptr<char[]> headers_;
+  std::vector<Slot> slots_;
+  std::deque<int> posting_;   // receives whose inner receives are not all posted, in order
+  std::deque<int> arriving_;  // receives whose message recv() has not taken yet, in order
+  std::vector<void*> flushes_;
+  Stall stall_;
+  bool failed_ = false;
+};
+
+class InnerListener final : public Listener {
+ public:
+  InnerListener(InnerNet* net, void* comm) : net_(net), comm_(comm) {}
+  ~InnerListener() override {
+    if (net_->close_listen(comm_) != ncclSuccess) ZIPCCL_WARN("inner plugin %s: closeListen failed", inner_name());
+  }
+  ncclResult_t accept(RecvConn** conn) override {
+    *conn = nullptr;
+    void* rc = nullptr;
+    INNER_CHECK(net_->accept(comm_, &rc), "accept");
+    if (!rc) return ncclSuccess;
+    std::unique_ptr<InnerRecvConn> c(new InnerRecvConn(net_, rc));
+    ZIPCCL_CHECK(c->init());
+    *conn = c.release();
+    return ncclSuccess;
+  }
+
+ private:
+  InnerNet* net_;
+  void* comm_;
+};
+
+class InnerTransport final : public Transport {
+ public:
+  explicit InnerTransport(Inner* in) : in_(in) {}
+  const char* name() const override { return "inner"; }
+  int device_count() const override { return static_cast<int>(in_->props.size()); }
+  ncclResult_t device_info(int dev, DeviceInfo* info) const override {
+    if (dev < 0 || dev >= device_count()) return ncclInvalidArgument;
+    const InnerProps& p = in_->props[dev];
+    info->name = std::string(in_->net->name()) + ":" + p.name;
+    info->pci_path = p.pci_path;
+    info->speed_mbps = p.speed > 0 ? p.speed : 10000;
+    info->guid = p.guid;
+    info->latency_us = p.latency;
+    info->port = p.port;
+    info->host_ptr = (p.ptr_support & NCCL_PTR_HOST) != 0;
+    // A codec frame is never larger than its message, so the inner's limit is exactly ours.
+    info->max_bytes = p.max_p2p_bytes;
+    return ncclSuccess;
+  }
+  // The handle is the inner plugin's own handle (both are NCCL_NET_HANDLE_MAXSIZE bytes).
+  ncclResult_t listen(int dev, void* handle, Listener** listener) override {
+    *listener = nullptr;
+    void* lc = nullptr;
+    INNER_CHECK(in_->net->listen(dev, handle, &lc), "listen on device %d", dev);
+    *listener = new InnerListener(in_->net.get(), lc);
+    return ncclSuccess;
+  }
+  ncclResult_t connect(int dev, void* handle, SendConn** conn) override {
+    *conn = nullptr;
+    void* sc = nullptr;
+    INNER_CHECK(in_->net->connect(dev, handle, &sc), "connect on device %d", dev);
+    if (!sc) return ncclSuccess;
+    std::unique_ptr<InnerSendConn> c(new InnerSendConn(in_->net.get(), sc));
+    ZIPCCL_CHECK(c->init());
+    *conn = c.release();
+    return ncclSuccess;
+  }
+
+ private:
+  Inner* in_;
+};
+
+InnerTransport* g_transport = nullptr;
+
+}  // namespace
+
+ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t logger, Transport** out,
+                                  bool* self) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *out = nullptr;
+  *self = false;
+  if (g_transport) {
+    *out = g_transport;
+    return ncclSuccess;
+  }
+  std::string error;
+  std::unique_ptr<InnerNet> net = open_inner_net(name, &error);
+  if (!net) {
+    ZIPCCL_WARN("ZIPCCL_NET_INNER=%s: %s; zipccl does not initialise (NCCL falls back to its own transports)",
+                name.c_str(), error.c_str());
+    return ncclInvalidUsage;
+  }
+  if (net->is_self()) {
+    *self = true;
+    return ncclSuccess;
+  }
+  ncclResult_t r = net->init(logger);
+  if (r != ncclSuccess) {
+    ZIPCCL_WARN("ZIPCCL_NET_INNER=%s: init of %s (%s, ABI v%d) failed with error %d (its own message is "
+                "above); zipccl does not initialise (NCCL falls back to its own transports)",
+                name.c_str(), net->library().c_str(), net->name(), net->version(), static_cast<int>(r));
+    return r;
+  }
+  int n = 0;
+  r = net->devices(&n);
+  std::vector<InnerProps> props(n > 0 ? n : 0);
+  for (int i = 0; r == ncclSuccess && i < n; ++i) r = net->properties(i, &props[i]);
+  if (r != ncclSuccess || n <= 0) {
+    ZIPCCL_WARN("ZIPCCL_NET_INNER=%s: %s (%s) %s; zipccl does not initialise", name.c_str(),
+                net->library().c_str(), net->name(),
+                r != ncclSuccess ? "failed to list its devices" : "has no devices");
+    net->finalize();
+    return r != ncclSuccess ? r : ncclSystemError;
+  }
+  ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "inner plugin %s (%s), ABI v%d, %d device(s)", net->library().c_str(),
+              net->name(), net->version(), n);
+  for (int i = 0; i < n; ++i) {
+    const InnerProps& p = props[i];
+    ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
+                "inner device %d: %s speed %d Mbit/s latency %g us ptrSupport 0x%x maxRecvs %d regIsGlobal %d "
+                "forceFlush %d maxComms %d maxP2pBytes %zu pci %s",
+                i, p.name.c_str(), p.speed, p.latency, p.ptr_support, p.max_recvs, p.reg_is_global, p.force_flush,
+                p.max_comms, p.max_p2p_bytes, p.pci_path.empty() ? "-" : p.pci_path.c_str());
+  }
+  g_inner = new Inner{std::move(net), std::move(props)};
+  g_transport = new InnerTransport(g_inner);
+  *out = g_transport;
+  return ncclSuccess;
+}
+
+void finalize_inner_transport() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_inner) return;
+  ncclResult_t r = g_inner->net->finalize();
+  if (r != ncclSuccess) ZIPCCL_WARN("inner plugin %s: finalize failed (error %d)", g_inner->net->name(), (int)r);
+  delete g_transport;
+  g_transport = nullptr;
+  delete g_inner;  // the library itself stays loaded: its threads may still run its code
+  g_inner = nullptr;
+}
+
+bool inner_transport_info(std::string* library, std::string* name, int* abi_version) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_inner) return false;
+  *library = g_inner->net->library();
+  *name = g_inner->net->name();
+  *abi_version = g_inner->net->version();
+  return true;
+}
+
+}  // namespace net
+}  // namespace zipccl

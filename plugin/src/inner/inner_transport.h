@@ -1,0 +1,29 @@
+// The inner-plugin transport (ZIPCCL_NET_INNER): zipccl's compressing layer over another NCCL net
+// plugin (aws-ofi-nccl, NCCL-IB-like vendor plugins, or a second zipccl). Design: docs/notes/inner.md.
+#pragma once
+
+#include <string>
+
+#include "nccl/net_common.h"
+#include "transport.h"
+
+namespace zipccl {
+namespace net {
+
+// Opens and initialises the plugin `name` (NCCL's NCCL_NET_PLUGIN resolution) once per process, with
+// NCCL's logger, so its own messages reach NCCL's log. On failure: one WARN naming the library and the
+// reason, *out == nullptr and an error (ncclInvalidUsage: not found / no usable table; else the inner
+// init's own result). *self: `name` is the library this code runs in (zipccl loaded as the inner plugin
+// of another zipccl): nothing is opened, the caller uses its built-in transports.
+ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t logger, Transport** out,
+                                  bool* self);
+// Calls the inner plugin's finalize (once) and forgets the transport; a later open starts afresh.
+// Only after every connection of it has closed.
+void finalize_inner_transport();
+
+// What `zipccl doctor` shows: the inner plugin's library, name and ABI version; false when none is
+// open.
+bool inner_transport_info(std::string* library, std::string* name, int* abi_version);
+
+}  // namespace net
+}  // namespace zipccl
