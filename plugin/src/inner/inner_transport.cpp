@@ -279,6 +279,9 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
     *delivered = delivered_;
     *backlog = backlog_;
   }
+  // One transport message per NCCL receive: its inner receives are posted at irecv, the payload's
+  // straight into NCCL's buffer, so a message cannot be cut into segments here.
+  bool carries_segments() const override { return false; }
 
   ncclResult_t pin(const MemDesc& mem) override { return pin_memory(&regs_, mem); }
   void unpin(void* data) override { unpin_memory(&regs_, data); }
