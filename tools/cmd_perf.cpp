@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/units.h"
 #include "exit_status.h"
 #include "zipccl/net_client.h"
 
@@ -105,20 +106,11 @@ void usage(FILE* f) {
       "  --verbose           show the plugin's INFO log\n");
 }
 
+// Sizes follow the settings' grammar (common/units.h: 64K, 64KiB, 1.5M, 2G).
 bool parse_size(const char* s, size_t* out) {
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s) return false;
-  std::string u(end);
-  if (u == "K" || u == "KiB")
-    v <<= 10;
-  else if (u == "M" || u == "MiB")
-    v <<= 20;
-  else if (u == "G" || u == "GiB")
-    v <<= 30;
-  else if (!u.empty() && u != "B")
-    return false;
-  *out = v;
+  uint64_t v = 0;
+  if (!units::parse_size(s, &v)) return false;
+  *out = static_cast<size_t>(v);
   return true;
 }
 

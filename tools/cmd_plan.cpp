@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/units.h"
 #include "zipccl/hetero/groups.h"
 #include "zipccl/hetero/parse.h"
 #include "zipccl/hetero/plan.h"
@@ -324,21 +325,7 @@ void fill_batch(const Options& o, BoundaryBatch& batch) {
 
 // ---- formatting ----
 
-std::string human_bytes(std::int64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[48];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%" PRId64 " B", b);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-  return buf;
-}
+std::string human_bytes(std::int64_t b) { return units::human_size(static_cast<double>(b)); }
 
 // "0-3,8,10-11": ascending runs compressed; other orders listed as given.
 std::string rank_list_text(const RankList& ranks) {

@@ -193,16 +193,6 @@ std::string exponent_summary(const ExponentHistogram& h, int width) {
   return s;
 }
 
-std::string human_bytes(double n) {
-  static const char* kUnits[] = {"B", "kB", "MB", "GB", "TB"};
-  int u = 0;
-  while (u < 4 && n >= 1000) {
-    n /= 1000;
-    ++u;
-  }
-  return u == 0 ? fmt("%.0f B", n) : fmt("%.2f ", n) + kUnits[u];
-}
-
 std::string report_table(const InspectReport& r) {
   size_t name_w = 6;
   for (const TensorReport& t : r.tensors) name_w = std::max(name_w, t.name.size());

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/units.h"
 #include "tensor_file.h"
 #include "zipccl/codec.h"
 
@@ -86,8 +87,8 @@ bool is_frame_stream(const std::string& path);
 // decode or is cut short.
 bool inspect_stream(const std::string& path, int threads, FILE* out, std::string* error);
 
-// "1.24 MB", "512 B" (decimal units, as link speeds are quoted).
-std::string human_bytes(double n);
+// Byte counts for people: the settings' grammar's formatter (binary units).
+inline std::string human_bytes(double n) { return units::human_size(n); }
 
 }  // namespace tools
 }  // namespace zipccl

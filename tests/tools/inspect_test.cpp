@@ -268,7 +268,7 @@ TEST_F(InspectFile, ReportAndTable) {
   EXPECT_NE(t.find(row), std::string::npos) << row << "\n" << t;
   EXPECT_NE(t.find("no normals z100%"), std::string::npos) << t;
   EXPECT_NE(t.find("inf\n"), std::string::npos) << t;  // the constant tensor's bound
-  EXPECT_NE(t.find("3 tensor(s), 13312 bytes (13.31 kB); zipccl frames " + std::to_string(r.total_actual)),
+  EXPECT_NE(t.find("3 tensor(s), 13312 bytes (13.00 KiB); zipccl frames " + std::to_string(r.total_actual)),
             std::string::npos)
       << t;
   EXPECT_NE(t.find("on the wire:"), std::string::npos);

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <cstdio>
 #include <string>
 
 namespace zipccl {
@@ -128,6 +129,23 @@ inline std::string format_size(uint64_t n) {
     ++u;
   }
   return std::to_string(n) + kUnits[u];
+}
+
+// Formats a byte count for people, in binary units with two decimals ("512 B", "1.50 MiB"): the one
+// such formatter of the plugin's logs and the tool's reports.
+inline std::string human_size(double n) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && n >= 1024) {
+    n /= 1024;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%.0f B", n);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", n, kUnits[u]);
+  return buf;
 }
 
 // Microseconds per unit, for parse_duration's bare numbers.
