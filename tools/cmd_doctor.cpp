@@ -346,17 +346,22 @@ void* load_plugin(const std::string& plugin, std::string* error) {
   return lib;
 }
 
-int run_check(const Options& opt) {
-  Check c;
-  std::printf("zipccl doctor\n\n");
-  std::printf("version     zipccl %s (this tool)\n", version_string());
-
-  // NCCL version and configuration.
-  std::string source;
-  const std::string configured = configured_plugin(&source);
-  std::string plugin = opt.plugin.empty() ? configured : opt.plugin;
-  if (plugin.empty()) plugin = "zipccl";
+// What NCCL would do: its version (the table it looks for first) and the plugin it is configured to load.
+struct Target {
+  std::string configured, source;  // NCCL_NET_PLUGIN and where it was set
+  std::string plugin;              // what this check loads
   NcclVersion ver;
+  int native = kNewestAbi;  // the newest table that NCCL asks for
+};
+
+Target check_nccl(const Options& opt, Check& c) {
+  Target t;
+  t.configured = configured_plugin(&t.source);
+  t.plugin = opt.plugin.empty() ? t.configured : opt.plugin;
+  if (t.plugin.empty()) t.plugin = "zipccl";
+  NcclVersion& ver = t.ver;
+  const std::string& configured = t.configured;
+  const std::string& source = t.source;
   std::string nccl_where;
   if (!opt.nccl_version.empty()) {
     parse_version(opt.nccl_version, &ver);  // validated by the caller
@@ -371,7 +376,7 @@ int run_check(const Options& opt) {
           "bundles NCCL, pass --nccl-version)\n");
     }
   }
-  const int native = ver.known ? native_abi(ver) : kNewestAbi;
+  t.native = ver.known ? native_abi(ver) : kNewestAbi;
   if (configured.empty()) {
     c.notes.push_back(
         "NCCL_NET_PLUGIN is set neither in the environment nor in /etc/nccl.conf or ~/.nccl.conf: NCCL "
@@ -388,11 +393,23 @@ int run_check(const Options& opt) {
                       "', not zipccl");
   }
 
-  // The plugin and its tables.
-  std::string error;
-  void* lib = load_plugin(plugin, &error);
-  int abi = 0;
+  return t;
+}
+
+// The plugin's library and the table NCCL would take from it.
+struct Loaded {
+  void* lib = nullptr;
   const void* table = nullptr;
+  int abi = 0;
+};
+
+Loaded check_tables(const Target& t, Check& c) {
+  Loaded l;
+  const std::string& plugin = t.plugin;
+  const NcclVersion& ver = t.ver;
+  const int native = t.native;
+  std::string error;
+  void* lib = l.lib = load_plugin(plugin, &error);
   if (!lib) {
     c.failures.push_back("cannot load the plugin " + plugin + ": " + error +
                          "; install it into the library path (cmake --install, or the .deb) or set "
@@ -405,24 +422,29 @@ int run_check(const Options& opt) {
     std::string exported;
     for (int v : net_client::exported_versions(lib))
       exported += (exported.empty() ? "v" : " v") + std::to_string(v);
-    table = zipccl_net_table(lib, native, &abi);
+    l.table = zipccl_net_table(lib, native, &l.abi);
     std::printf("tables      %s\n", exported.empty() ? "none" : exported.c_str());
     if (exported.empty()) {
       c.failures.push_back(where + " exports no ncclNetPlugin_v" + std::to_string(kOldestAbi) + "..v" +
                            std::to_string(kNewestAbi) +
                            " table: it is not an NCCL net plugin that NCCL 2.17+ can use");
-    } else if (!table) {
+    } else if (!l.table) {
       c.failures.push_back("NCCL " + std::to_string(ver.major) + "." + std::to_string(ver.minor) +
                            " uses plugin ABI v" + std::to_string(native) + " or older; the plugin exports " +
                            exported);
     } else {
       std::printf(
-          "ABI         ncclNetPlugin_v%d (NCCL %s looks for v%d first, then older tables); name '%s'\n", abi,
+          "ABI         ncclNetPlugin_v%d (NCCL %s looks for v%d first, then older tables); name '%s'\n", l.abi,
           ver.known ? (std::to_string(ver.major) + "." + std::to_string(ver.minor)).c_str() : "2.30+", native,
-          zipccl_net_table_name(table));
+          zipccl_net_table_name(l.table));
     }
   }
 
+  return l;
+}
+
+// The codec's kernel set and the settings, as the plugin reads them.
+void check_settings(Check& c) {
   // The CPU codec's kernel set, chosen as the plugin chooses it (ZIPCCL_CODEC_ISA, then cpuid).
   const codec::Isa want = net::settings().codec_isa;
   const std::string cpu = codec::cpu_features();
@@ -450,8 +472,14 @@ int run_check(const Options& opt) {
   if (net::settings().compress == net::CompressMode::kNever)
     c.notes.push_back("ZIPCCL_COMPRESS=never: the plugin moves every message uncompressed");
 
-  // init / devices / getProperties through the table NCCL would use.
+}
+
+// init / devices / getProperties through the table NCCL would use, and what the plugin logged.
+std::vector<Device> check_devices(const Options& opt, const Loaded& l, Check& c) {
   std::vector<Device> devices;
+  void* lib = l.lib;
+  const void* table = l.table;
+  const int abi = l.abi;
   if (table) {
     const size_t first = log_size();
     std::string failed;
@@ -495,6 +523,17 @@ int run_check(const Options& opt) {
     }
   }
 
+  return devices;
+}
+
+int run_check(const Options& opt) {
+  Check c;
+  std::printf("zipccl doctor\n\n");
+  std::printf("version     zipccl %s (this tool)\n", version_string());
+  const Target t = check_nccl(opt, c);
+  const Loaded l = check_tables(t, c);
+  check_settings(c);
+  const std::vector<Device> devices = check_devices(opt, l, c);
   std::printf("\n");
   for (const std::string& n : c.notes) std::printf("note: %s\n", n.c_str());
   if (!c.failures.empty()) {
@@ -507,10 +546,10 @@ int run_check(const Options& opt) {
   std::printf(
       "verdict: OK: NCCL %s would load %s through ncclNetPlugin_v%d with %zu device(s) (%s), compression "
       "%s%s\n",
-      ver.known ? (std::to_string(ver.major) + "." + std::to_string(ver.minor)).c_str() : "2.30+",
-      zipccl_net_table_name(table), abi, devices.size(), devs.c_str(),
+      t.ver.known ? (std::to_string(t.ver.major) + "." + std::to_string(t.ver.minor)).c_str() : "2.30+",
+      zipccl_net_table_name(l.table), l.abi, devices.size(), devs.c_str(),
       net::compress_mode_name(net::settings().compress),
-      configured.empty() ? ", once NCCL_NET_PLUGIN=zipccl is set (see the note)" : "");
+      t.configured.empty() ? ", once NCCL_NET_PLUGIN=zipccl is set (see the note)" : "");
   return 0;
 }
 
