@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "inspect.h"
-#include "src/version.h"
+#include "common/version.h"
 #include "zipccl/codec.h"
 #include "zipccl/hetero/batch.h"
 #include "zipccl/hetero/groups.h"
