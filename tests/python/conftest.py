@@ -15,7 +15,7 @@ def tool_compress(tmp_path_factory):
     def run(data: bytes, dtype: str = "auto", *extra: str) -> bytes:
         src, dst = d / "in", d / "out"
         src.write_bytes(data)
-        subprocess.run([zipccl.tool_path(), "compress", "-t", dtype, *extra, str(src), str(dst)], check=True)
+        subprocess.run([zipccl.tool_path(), "compress", "-f", "-t", dtype, *extra, str(src), str(dst)], check=True)
         return dst.read_bytes()
 
     return run

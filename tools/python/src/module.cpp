@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "frame_stream.h"
 #include "inspect.h"
 #include "common/version.h"
 #include "zipccl/codec.h"
@@ -28,9 +29,9 @@ using namespace zipccl;
 
 namespace {
 
-// `zipccl compress` writes frames of at most this much input (tools/cmd_compress.cpp); the Python
-// API cuts the same way, so that its output is byte for byte the tool's.
-constexpr size_t kFrameInput = size_t{64} << 20;
+// `zipccl compress` writes frames of at most this much input; the Python API cuts the same way, so
+// that its output is byte for byte the tool's.
+constexpr size_t kFrameInput = tools::kDefaultFrameInput;
 
 struct FormatError : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -2,7 +2,7 @@
 
 Inputs are viewed as bytes without copying when they are contiguous; the native module holds the
 buffer and releases the GIL while it codes. Frames are those of ``zipccl compress``: a stream of
-frames, each coding at most 64 MiB of input (gpu_codec/FORMAT.md).
+frames, each coding at most 8 MiB of input (gpu_codec/FORMAT.md section 8).
 """
 import sys
 from typing import Any, Dict, List, NamedTuple, Optional
