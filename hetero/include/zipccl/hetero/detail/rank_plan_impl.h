@@ -33,6 +33,7 @@ class LazyPlacement {
   int slot(int s) const { return slot_[s]; }
   int parties_per_replica() const { return m_.cp() * per_cp_; }
   int party_index(int replica, int cp, int tp) const { return (replica * m_.cp() + cp) * per_cp_ + tp; }
+  int num_parties() const { return m_.dp() * parties_per_replica(); }
   int party_of_rank(int rank) const {
     if (!m_.contains(rank)) return -1;
     const Coords c = m_.coords(rank);
@@ -75,7 +76,10 @@ class RankPlanBuilder {
     out_.phases.resize(1);
   }
 
-  RankPlan run() {
+  RankPlan run(Strategy strategy) {
+    if (strategy == Strategy::automatic) strategy = world_relay_sends_less() ? Strategy::scatter_allgather : Strategy::direct;
+    out_.strategy = strategy;
+    if (strategy == Strategy::scatter_allgather) return run_relayed();
     const int my_src = ps_.party_of_rank(rank_), my_dst = pd_.party_of_rank(rank_);
     std::vector<int> holders;  // source parties whose demand streams this rank takes part in
     if (my_src >= 0) {
@@ -151,6 +155,11 @@ class RankPlanBuilder {
         }
       }
     }
+    emit_cut(Q);
+  }
+
+  // Cuts stream_ (the demands on party Q) among q's members as the world planner does; keeps this rank's part.
+  void emit_cut(const Party& Q) {
     budget_.take(stream_.size());
     cut_stream(stream_, static_cast<std::int64_t>(Q.ranks.size()), [&](std::int64_t h, const Demand& d, RowRange rows) {
       const int src = Q.ranks[h];
@@ -169,12 +178,274 @@ class RankPlanBuilder {
     }
   }
 
+  // scatter_allgather (planner.h's Planner::plan_relayed and relay, restricted to what this rank
+  // needs): its own party's plan in full (local copies, demands, relays), then the demand stream of
+  // each source party it sends for or receives from, built from the plans of the receiving parties
+  // that demand from that party. A relayed party's pieces depend on its members' loads as holders,
+  // so those source parties' totals are computed too (only theirs, each once).
+  struct Local {
+    int rank, party, sample;
+    RowRange rows;
+  };
+  struct Share {
+    int holder_party, sample;
+    RowRange rows;
+  };
+  struct PartyPlan {                              // one receiving party's part of the world plan
+    std::vector<Local> locals;                    // phase-0 local copies, in the world's order
+    std::vector<std::pair<int, Demand>> demands;  // (source party, demand), in the world's order
+    std::vector<std::int64_t> relay_rows;         // rows each member sends in phase 2
+    std::vector<std::vector<Share>> shares;       // per member (relayed parties)
+  };
+
+  // Rows source party q lets out in phase 0 (Planner::estimate_source_load's per-party figure), or
+  // with direct = true what it would send under the direct strategy.
+  std::int64_t holder_rows(int q, bool direct) {
+    auto& cache = direct ? direct_rows_ : relay_rows_;
+    auto it = cache.find(q);
+    if (it != cache.end()) return it->second;
+    const Party& Q = ps_.party(q);
+    std::int64_t rows = 0;
+    for (int d : receiving_replicas(Q)) {
+      for (int pi = pd_.party_index(d, 0, 0); pi < pd_.party_index(d + 1, 0, 0); ++pi) {
+        const Party& P = pd_.party(pi);
+        std::int64_t lacking = 0;
+        for (int r : P.ranks) lacking += ps_.party_of_rank(r) != q;
+        const bool relayed = !direct && P.ranks.size() > 1;
+        for (int s : Q.samples) {
+          if (pd_.replica_of(s) != d) continue;
+          for_overlaps(Q, P, s, [&](RowRange o) { rows += relayed ? (lacking > 0 ? o.size() : 0) : o.size() * lacking; });
+        }
+      }
+    }
+    cache.emplace(q, rows);
+    return rows;
+  }
+  std::int64_t source_load(int r) {
+    const int q = ps_.party_of_rank(r);
+    if (q < 0) return 0;
+    const std::int64_t k = static_cast<std::int64_t>(ps_.party(q).ranks.size()), rows = holder_rows(q, false);
+    return rows / k + (rows % k != 0);
+  }
+
+  std::vector<int> receiving_replicas(const Party& Q) const {  // ascending
+    std::vector<int> replicas;
+    for (int s : Q.samples) replicas.push_back(pd_.replica_of(s));
+    std::sort(replicas.begin(), replicas.end());
+    replicas.erase(std::unique(replicas.begin(), replicas.end()), replicas.end());
+    return replicas;
+  }
+  template <class F>
+  void for_overlaps(const Party& Q, const Party& P, int s, F&& f) {
+    const int ps = ps_.slot(s), pd = pd_.slot(s);
+    for (int i = P.first_range[pd]; i < P.first_range[pd + 1]; ++i) {
+      for (int j = Q.first_range[ps]; j < Q.first_range[ps + 1]; ++j) {
+        const RowRange o{std::max(P.ranges[i].begin, Q.ranges[j].begin), std::min(P.ranges[i].end, Q.ranges[j].end)};
+        if (o.begin < o.end) f(o);
+      }
+    }
+  }
+  // Calls f(source party, overlap) for each piece of `want` (rows of sample s), as Planner::for_each_holder.
+  template <class F>
+  void for_each_holder(int s, RowRange want, F&& f) {
+    const int first = ps_.replica_of(s) * ps_.parties_per_replica(), slot = ps_.slot(s);
+    for (int q = first; q < first + ps_.parties_per_replica(); ++q) {
+      const Party& Q = ps_.party(q);
+      for (int j = Q.first_range[slot]; j < Q.first_range[slot + 1]; ++j) {
+        const RowRange o{std::max(want.begin, Q.ranges[j].begin), std::min(want.end, Q.ranges[j].end)};
+        if (o.begin < o.end) f(q, o);
+      }
+    }
+  }
+
+  const PartyPlan& party_plan(int pi) {
+    auto it = party_plans_.find(pi);
+    if (it != party_plans_.end()) return it->second;
+    const Party& P = pd_.party(pi);
+    PartyPlan& out = party_plans_[pi];
+    const int m = static_cast<int>(P.ranks.size());
+    std::vector<int> member_party(m);
+    for (int j = 0; j < m; ++j) member_party[j] = ps_.party_of_rank(P.ranks[j]);
+    out.relay_rows.assign(m, 0);
+    if (m == 1) {  // Planner::plan_direct
+      for (int s : P.samples) {
+        for (int i = P.first_range[pd_.slot(s)]; i < P.first_range[pd_.slot(s) + 1]; ++i) {
+          for_each_holder(s, P.ranges[i], [&](int q, RowRange o) {
+            if (member_party[0] == q) {
+              out.locals.push_back(Local{P.ranks[0], q, s, o});
+            } else {
+              out.demands.emplace_back(q, Demand{P.ranks[0], s, o});
+            }
+          });
+        }
+      }
+      return out;
+    }
+    out.shares.resize(m);
+    std::vector<std::int64_t>& sends = out.relay_rows;
+    std::vector<std::int64_t> load(m);
+    for (int j = 0; j < m; ++j) load[j] = source_load(P.ranks[j]);
+    std::vector<Share> pool;  // Share::holder_party is the pooled rows' source party
+    std::int64_t pooled_rows = 0;
+    std::vector<int> lacking;
+    for (int s : P.samples) {
+      for (int i = P.first_range[pd_.slot(s)]; i < P.first_range[pd_.slot(s) + 1]; ++i) {
+        for_each_holder(s, P.ranges[i], [&](int q, RowRange o) {
+          lacking.clear();
+          for (int j = 0; j < m; ++j) {
+            if (member_party[j] == q) {
+              out.locals.push_back(Local{P.ranks[j], q, s, o});
+            } else {
+              lacking.push_back(j);
+            }
+          }
+          const int u = static_cast<int>(lacking.size());
+          if (u == m) {
+            pool.push_back(Share{q, s, o});
+            pooled_rows += o.size();
+            return;
+          }
+          if (u == 0) return;
+          std::vector<std::int64_t> level(u);
+          for (int x = 0; x < u; ++x) level[x] = u > 1 ? (sends[lacking[x]] + load[lacking[x]]) / (u - 1) : 0;
+          const std::vector<std::int64_t> caps = water_fill(level, o.size());
+          std::int64_t begin = o.begin;
+          for (int x = 0; x < u; ++x) {
+            const RowRange piece{begin, begin + caps[x]};
+            begin = piece.end;
+            if (piece.size() == 0) continue;
+            const int j = lacking[x];
+            out.demands.emplace_back(q, Demand{P.ranks[j], s, piece});
+            if (u > 1) out.shares[j].push_back(Share{q, s, piece});
+            sends[j] += piece.size() * (u - 1);
+          }
+        });
+      }
+    }
+    std::vector<std::int64_t> level(m);
+    for (int j = 0; j < m; ++j) level[j] = (sends[j] + load[j]) / (m - 1);
+    const std::vector<std::int64_t> caps = water_fill(level, pooled_rows);
+    int j = 0;
+    std::int64_t room = caps.empty() ? 0 : caps[0];
+    for (const Share& item : pool) {
+      RowRange rest = item.rows;
+      while (rest.size() > 0) {
+        while (room == 0) room = caps[++j];
+        const RowRange piece{rest.begin, rest.begin + std::min(room, rest.size())};
+        out.demands.emplace_back(item.holder_party, Demand{P.ranks[j], item.sample, piece});
+        out.shares[j].push_back(Share{item.holder_party, item.sample, piece});
+        sends[j] += piece.size() * (m - 1);
+        room -= piece.size();
+        rest.begin = piece.end;
+      }
+    }
+    for (auto& sh : out.shares) {
+      std::sort(sh.begin(), sh.end(), [](const Share& x, const Share& y) {
+        return x.sample != y.sample ? x.sample < y.sample : x.rows.begin < y.rows.begin;
+      });
+    }
+    return out;
+  }
+
+  RankPlan run_relayed() {
+    out_.phases.resize(2);
+    const int my_src = ps_.party_of_rank(rank_), my_dst = pd_.party_of_rank(rank_);
+    std::vector<int> holders;
+    if (my_src >= 0) {
+      out_.source_bytes = ps_.party(my_src).buffer_bytes;
+      holders.push_back(my_src);
+    }
+    if (my_dst >= 0) {
+      const Party& P = pd_.party(my_dst);
+      out_.destination_bytes = P.buffer_bytes;
+      const PartyPlan& mine = party_plan(my_dst);
+      for (const Local& l : mine.locals) {
+        if (l.rank != rank_) continue;
+        budget_.take(1);
+        out_.phases[0].push_back(transfer(rank_, rank_, l.sample, l.rows, ps_.party(l.party), P));
+      }
+      for (const auto& [q, d] : mine.demands) {
+        if (d.receiver == rank_) holders.push_back(q);
+      }
+      relays(my_dst, mine);
+    }
+    std::sort(holders.begin(), holders.end());
+    holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
+    for (int q : holders) {
+      const Party& Q = ps_.party(q);
+      stream_.clear();
+      for (int d : receiving_replicas(Q)) {
+        for (int pi = pd_.party_index(d, 0, 0); pi < pd_.party_index(d + 1, 0, 0); ++pi) {
+          for (const auto& [from, demand] : party_plan(pi).demands) {
+            if (from == q) stream_.push_back(demand);
+          }
+        }
+      }
+      emit_cut(Q);
+    }
+    return std::move(out_);
+  }
+
+  // Phase 2 of this rank's party (Planner::relay): the relays it sends or receives.
+  void relays(int pi, const PartyPlan& plan) {
+    const Party& P = pd_.party(pi);
+    const int m = static_cast<int>(P.ranks.size());
+    for (int a = 0; a < m; ++a) {
+      for (int b = 0; b < m; ++b) {
+        if (b == a || (P.ranks[a] != rank_ && P.ranks[b] != rank_)) continue;
+        for (const Share& sh : plan.shares[a]) {
+          if (ps_.party_of_rank(P.ranks[b]) == sh.holder_party) continue;
+          budget_.take(1);
+          Transfer t;
+          t.src = P.ranks[a];
+          t.dst = P.ranks[b];
+          t.sample = sh.sample;
+          t.rows = sh.rows;
+          t.src_buffer = BufferKind::destination;
+          t.src_offset = row_offset(P, pd_.slot(sh.sample), sh.rows.begin, row_bytes_);
+          t.dst_offset = t.src_offset;
+          t.bytes = sh.rows.size() * row_bytes_;
+          out_.phases[1].push_back(t);
+        }
+      }
+    }
+  }
+
+  // Planner::make_plan's choice for automatic: whether the busiest sender of the whole world sends
+  // less under scatter_allgather than under direct. Needs every party's phase-0 total and every
+  // relayed party's relay loads; no transfer is built.
+  bool world_relay_sends_less() {
+    std::vector<std::int64_t> sent(static_cast<std::size_t>(out_.world_size), 0);
+    std::int64_t direct_most = 0;
+    const int sources = ps_.num_parties(), receivers = pd_.num_parties();
+    for (int q = 0; q < sources; ++q) {
+      const Party& Q = ps_.party(q);
+      const std::int64_t k = static_cast<std::int64_t>(Q.ranks.size());
+      const std::int64_t direct = holder_rows(q, true), relayed = holder_rows(q, false);
+      direct_most = std::max(direct_most, direct / k + (direct % k != 0));
+      for (std::int64_t h = 0; h < k; ++h) {
+        sent[Q.ranks[h]] += split_point(relayed, h + 1, k) - split_point(relayed, h, k);
+      }
+    }
+    for (int pi = 0; pi < receivers; ++pi) {
+      const Party& P = pd_.party(pi);
+      if (P.ranks.size() == 1) continue;
+      const PartyPlan& plan = party_plan(pi);
+      for (std::size_t j = 0; j < P.ranks.size(); ++j) sent[P.ranks[j]] += plan.relay_rows[j];
+    }
+    if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
+    const std::int64_t relay_most = sent.empty() ? 0 : *std::max_element(sent.begin(), sent.end());
+    return relay_most < direct_most;
+  }
+
   LazyPlacement ps_, pd_;
   TransferBudget budget_;
   int rank_;
   std::int64_t row_bytes_;
   RankPlan out_;
   std::vector<Demand> stream_;
+  std::unordered_map<int, PartyPlan> party_plans_;
+  std::unordered_map<int, std::int64_t> relay_rows_, direct_rows_;
 };
 
 inline bool same_assignment(const SampleAssignment& a, const SampleAssignment& b) {
@@ -202,10 +473,6 @@ inline bool same_batch(const BoundaryBatch& a, const BoundaryBatch& b) {
 
 inline RankPlan plan_rank(const Layout& layout, int encoder, const BoundaryBatch& batch, Direction direction,
                           int rank, const PlanOptions& options) {
-  if (options.strategy != Strategy::direct) {
-    throw LayoutError(std::string("per-rank planning plans the direct strategy only (asked for ") +
-                      strategy_name(options.strategy) + ")");
-  }
   if (rank < 0 || rank >= layout.world_size()) {
     throw LayoutError("rank " + std::to_string(rank) + " is outside the world of " +
                       std::to_string(layout.world_size()) + " ranks");
@@ -213,7 +480,7 @@ inline RankPlan plan_rank(const Layout& layout, int encoder, const BoundaryBatch
   validate_batch(batch);
   layout.encoder(encoder);  // throws for a bad index
   check_boundary_fits(direction == Direction::forward ? layout.llm() : layout.encoder(encoder), batch);
-  return detail::RankPlanBuilder(layout, encoder, batch, direction, rank, options.max_transfers).run();
+  return detail::RankPlanBuilder(layout, encoder, batch, direction, rank, options.max_transfers).run(options.strategy);
 }
 
 inline RankSchedule make_schedule(const RankPlan& plan) {
@@ -234,9 +501,7 @@ inline const RankPlan& RankPlanner::plan(const BoundaryBatch& batch, Direction d
     }
   }
   ++misses_;
-  PlanOptions options = options_;
-  options.strategy = Strategy::direct;
-  RankPlan plan = plan_rank(layout_, encoder_, batch, direction, rank_, options);
+  RankPlan plan = plan_rank(layout_, encoder_, batch, direction, rank_, options_);
   entries_.push_front(Entry{batch, direction, std::move(plan)});
   if (entries_.size() > capacity_) entries_.pop_back();
   return entries_.front().plan;
