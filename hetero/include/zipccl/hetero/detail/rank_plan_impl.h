@@ -187,10 +187,6 @@ class RankPlanBuilder {
     int rank, party, sample;
     RowRange rows;
   };
-  struct Share {
-    int holder_party, sample;
-    RowRange rows;
-  };
   struct PartyPlan {                              // one receiving party's part of the world plan
     std::vector<Local> locals;                    // phase-0 local copies, in the world's order
     std::vector<std::pair<int, Demand>> demands;  // (source party, demand), in the world's order
@@ -281,69 +277,16 @@ class RankPlanBuilder {
       }
       return out;
     }
-    out.shares.resize(m);
-    std::vector<std::int64_t>& sends = out.relay_rows;
+    std::vector<int> slots(P.samples.size());
     std::vector<std::int64_t> load(m);
+    for (std::size_t k = 0; k < P.samples.size(); ++k) slots[k] = pd_.slot(P.samples[k]);
     for (int j = 0; j < m; ++j) load[j] = source_load(P.ranks[j]);
-    std::vector<Share> pool;  // Share::holder_party is the pooled rows' source party
-    std::int64_t pooled_rows = 0;
-    std::vector<int> lacking;
-    for (int s : P.samples) {
-      for (int i = P.first_range[pd_.slot(s)]; i < P.first_range[pd_.slot(s) + 1]; ++i) {
-        for_each_holder(s, P.ranges[i], [&](int q, RowRange o) {
-          lacking.clear();
-          for (int j = 0; j < m; ++j) {
-            if (member_party[j] == q) {
-              out.locals.push_back(Local{P.ranks[j], q, s, o});
-            } else {
-              lacking.push_back(j);
-            }
-          }
-          const int u = static_cast<int>(lacking.size());
-          if (u == m) {
-            pool.push_back(Share{q, s, o});
-            pooled_rows += o.size();
-            return;
-          }
-          if (u == 0) return;
-          std::vector<std::int64_t> level(u);
-          for (int x = 0; x < u; ++x) level[x] = u > 1 ? (sends[lacking[x]] + load[lacking[x]]) / (u - 1) : 0;
-          const std::vector<std::int64_t> caps = water_fill(level, o.size());
-          std::int64_t begin = o.begin;
-          for (int x = 0; x < u; ++x) {
-            const RowRange piece{begin, begin + caps[x]};
-            begin = piece.end;
-            if (piece.size() == 0) continue;
-            const int j = lacking[x];
-            out.demands.emplace_back(q, Demand{P.ranks[j], s, piece});
-            if (u > 1) out.shares[j].push_back(Share{q, s, piece});
-            sends[j] += piece.size() * (u - 1);
-          }
-        });
-      }
-    }
-    std::vector<std::int64_t> level(m);
-    for (int j = 0; j < m; ++j) level[j] = (sends[j] + load[j]) / (m - 1);
-    const std::vector<std::int64_t> caps = water_fill(level, pooled_rows);
-    int j = 0;
-    std::int64_t room = caps.empty() ? 0 : caps[0];
-    for (const Share& item : pool) {
-      RowRange rest = item.rows;
-      while (rest.size() > 0) {
-        while (room == 0) room = caps[++j];
-        const RowRange piece{rest.begin, rest.begin + std::min(room, rest.size())};
-        out.demands.emplace_back(item.holder_party, Demand{P.ranks[j], item.sample, piece});
-        out.shares[j].push_back(Share{item.holder_party, item.sample, piece});
-        sends[j] += piece.size() * (m - 1);
-        room -= piece.size();
-        rest.begin = piece.end;
-      }
-    }
-    for (auto& sh : out.shares) {
-      std::sort(sh.begin(), sh.end(), [](const Share& x, const Share& y) {
-        return x.sample != y.sample ? x.sample < y.sample : x.rows.begin < y.rows.begin;
-      });
-    }
+    relay_pieces(
+        P, slots, member_party, load,
+        [&](int s, RowRange want, auto&& f) { for_each_holder(s, want, f); },
+        [&](int j, int q, int s, RowRange o) { out.locals.push_back(Local{P.ranks[j], q, s, o}); },
+        [&](int j, int q, int s, RowRange o) { out.demands.emplace_back(q, Demand{P.ranks[j], s, o}); }, out.shares,
+        out.relay_rows);
     return out;
   }
 
