@@ -22,8 +22,8 @@ bool same_messages(const std::vector<Message>& a, const std::vector<Message>& b)
 
 // Empty when rank r's plan is the world plan's share of r.
 std::string compare(const BoundaryPlan& world, const RankPlan& mine, int r) {
-  if (mine.phases.size() != world.phases.size()) return "phases";
   if (mine.strategy != world.strategy) return std::string("strategy ") + strategy_name(mine.strategy);
+  if (mine.phases.size() != world.phases.size()) return "phases";
   if (mine.source_bytes != world.source_bytes[r] || mine.destination_bytes != world.destination_bytes[r])
     return "buffer sizes of rank " + std::to_string(r);
   for (std::size_t p = 0; p < world.phases.size(); ++p) {

@@ -40,6 +40,27 @@ class LazyPlacement {
     if (c.pp != m_.boundary_stage()) return -1;
     return party_index(c.dp, c.cp, m_.sequence_parallel() ? c.tp : 0);
   }
+  // Calls f(rank) for each member of party `index`, in the party's order, without building it.
+  template <class F>
+  void for_each_member(int index, F&& f) const {
+    const int t = index % per_cp_, c = index / per_cp_ % m_.cp(), d = index / per_cp_ / m_.cp();
+    if (m_.sequence_parallel()) {
+      f(m_.rank(Coords{t, c, d, m_.boundary_stage()}));
+    } else {
+      for (int u = 0; u < m_.tp(); ++u) f(m_.rank(Coords{u, c, d, m_.boundary_stage()}));
+    }
+  }
+  int party_size() const { return m_.sequence_parallel() ? 1 : m_.tp(); }
+  // Boundary rows party `index` keeps (the sum of its ranges), without building it.
+  std::int64_t kept_rows(int index) {
+    const int t = index % per_cp_, c = index / per_cp_ % m_.cp(), d = index / per_cp_ / m_.cp();
+    samples_.assign(by_replica_.begin() + first_[d], by_replica_.begin() + first_[d + 1]);
+    scratch_.clear();
+    kept_segments(m_, batch_, samples_, c, t, scratch_);
+    std::int64_t rows = 0;
+    for (const BufferSegment& g : scratch_) rows += g.rows.size();
+    return rows;
+  }
   const Party& party(int index) {
     auto it = parties_.find(index);
     if (it != parties_.end()) return it->second;
@@ -57,6 +78,7 @@ class LazyPlacement {
   int per_cp_ = 1;
   std::unordered_map<int, Party> parties_;
   std::vector<BufferSegment> scratch_;
+  std::vector<int> samples_;
 };
 
 class RankPlanBuilder {
@@ -354,32 +376,57 @@ class RankPlanBuilder {
     }
   }
 
-  // Planner::make_plan's choice for automatic: whether the busiest sender of the whole world sends
-  // less under scatter_allgather than under direct. Needs every party's phase-0 total and every
-  // relayed party's relay loads; no transfer is built.
+  // Planner::make_plan's choice for automatic: whether the world's busiest sender sends less under
+  // scatter_allgather than under direct, counted in rows without building transfers. A party none
+  // of whose members is in the other module's boundary parties has a closed form, since the
+  // receiving parties of a replica partition each sample's rows and all have the same size:
+  //  - source party Q: direct sends its rows once per receiving-party member, scatter_allgather
+  //    once per receiving party - rows(Q) * |P| and rows(Q) - cut equally among Q's members;
+  //  - relayed receiving party P: every row it needs is pooled (no member holds any) and its
+  //    members carry no holder load, so the water-fill gives member j caps[j] of rows(P), relayed
+  //    to the m-1 others.
+  // Parties with colocated members are counted exactly as the planner plans them (holder_rows,
+  // party_plan), which costs their demands; the others cost their kept rows.
   bool world_relay_sends_less() {
-    std::vector<std::int64_t> sent(static_cast<std::size_t>(out_.world_size), 0);
-    std::int64_t direct_most = 0;
+    if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
+    std::unordered_map<int, std::int64_t> sent;  // ranks in both modules' parties: both terms
+    std::int64_t direct_most = 0, relay_most = 0;
+    const std::int64_t dst_size = pd_.party_size();
     const int sources = ps_.num_parties(), receivers = pd_.num_parties();
     for (int q = 0; q < sources; ++q) {
-      const Party& Q = ps_.party(q);
-      const std::int64_t k = static_cast<std::int64_t>(Q.ranks.size());
-      const std::int64_t direct = holder_rows(q, true), relayed = holder_rows(q, false);
-      direct_most = std::max(direct_most, direct / k + (direct % k != 0));
-      for (std::int64_t h = 0; h < k; ++h) {
-        sent[Q.ranks[h]] += split_point(relayed, h + 1, k) - split_point(relayed, h, k);
+      bool colocated = false;
+      ps_.for_each_member(q, [&](int r) { colocated = colocated || pd_.party_of_rank(r) >= 0; });
+      const std::int64_t k = ps_.party_size();
+      if (!colocated) {
+        const std::int64_t rows = ps_.kept_rows(q);
+        direct_most = std::max(direct_most, ceil_div(checked_mul(rows, dst_size, "rows a source party sends under the direct strategy"), k));
+        relay_most = std::max(relay_most, ceil_div(rows, k));
+        continue;
       }
+      const std::int64_t direct = holder_rows(q, true), relayed = holder_rows(q, false);
+      direct_most = std::max(direct_most, ceil_div(direct, k));
+      std::int64_t h = 0;
+      ps_.for_each_member(q, [&](int r) {
+        sent[r] += split_point(relayed, h + 1, k) - split_point(relayed, h, k);
+        ++h;
+      });
     }
-    for (int pi = 0; pi < receivers; ++pi) {
+    for (int pi = 0; pi < receivers && dst_size > 1; ++pi) {
+      bool colocated = false;
+      pd_.for_each_member(pi, [&](int r) { colocated = colocated || ps_.party_of_rank(r) >= 0; });
+      if (!colocated) {
+        const std::vector<std::int64_t> caps = water_fill(std::vector<std::int64_t>(dst_size, 0), pd_.kept_rows(pi));
+        relay_most = std::max(relay_most, *std::max_element(caps.begin(), caps.end()) * (dst_size - 1));
+        continue;
+      }
       const Party& P = pd_.party(pi);
-      if (P.ranks.size() == 1) continue;
       const PartyPlan& plan = party_plan(pi);
       for (std::size_t j = 0; j < P.ranks.size(); ++j) sent[P.ranks[j]] += plan.relay_rows[j];
     }
-    if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
-    const std::int64_t relay_most = sent.empty() ? 0 : *std::max_element(sent.begin(), sent.end());
+    for (const auto& [r, rows] : sent) relay_most = std::max(relay_most, rows);
     return relay_most < direct_most;
   }
+  static std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
 
   LazyPlacement ps_, pd_;
   TransferBudget budget_;
