@@ -73,8 +73,7 @@ class RankPlanner {
 
  private:
   struct Entry {
-    BoundaryBatch batch;
-    Direction direction;
+    std::vector<std::int64_t> key;  // detail::batch_key of the batch and direction
     RankPlan plan;
   };
   const Layout& layout_;

@@ -438,25 +438,55 @@ class RankPlanBuilder {
   std::unordered_map<int, std::int64_t> relay_rows_, direct_rows_;
 };
 
-inline bool same_assignment(const SampleAssignment& a, const SampleAssignment& b) {
-  return a.rule == b.rule && a.replica == b.replica;
-}
-
-inline bool same_batch(const BoundaryBatch& a, const BoundaryBatch& b) {
-  const LlmSequence &x = a.llm_sequence, &y = b.llm_sequence;
-  if (a.tokens != b.tokens || a.hidden != b.hidden || a.element_size != b.element_size ||
-      !same_assignment(a.encoder_assignment, b.encoder_assignment) ||
-      !same_assignment(a.llm_assignment, b.llm_assignment) || x.format != y.format || x.length != y.length ||
-      x.pad_multiple != y.pad_multiple || x.padded_length != y.padded_length || x.images.size() != y.images.size()) {
+// Everything a plan depends on in a micro-batch, flattened: f(value) for each value in turn, each
+// list preceded by its length, so two sequences are equal exactly when the batches are. f returns
+// false to stop early. A cache key without copying the batch's per-sample vectors, which would cost
+// an allocation each.
+template <class F>
+bool visit_batch_key(const BoundaryBatch& b, Direction direction, F&& f) {
+  auto list = [&](const auto& v) {
+    if (!f(static_cast<std::int64_t>(v.size()))) return false;
+    for (auto x : v) {
+      if (!f(static_cast<std::int64_t>(x))) return false;
+    }
+    return true;
+  };
+  const LlmSequence& x = b.llm_sequence;
+  for (std::int64_t v : {static_cast<std::int64_t>(direction), b.hidden, b.element_size,
+                         static_cast<std::int64_t>(b.encoder_assignment.rule),
+                         static_cast<std::int64_t>(b.llm_assignment.rule), static_cast<std::int64_t>(x.format),
+                         x.pad_multiple, x.padded_length}) {
+    if (!f(v)) return false;
+  }
+  if (!list(b.tokens) || !list(b.encoder_assignment.replica) || !list(b.llm_assignment.replica) || !list(x.length) ||
+      !f(static_cast<std::int64_t>(x.images.size()))) {
     return false;
   }
-  for (std::size_t s = 0; s < x.images.size(); ++s) {
-    if (x.images[s].size() != y.images[s].size()) return false;
-    for (std::size_t i = 0; i < x.images[s].size(); ++i) {
-      if (x.images[s][i].offset != y.images[s][i].offset || x.images[s][i].tokens != y.images[s][i].tokens) return false;
+  for (const auto& images : x.images) {
+    if (!f(static_cast<std::int64_t>(images.size()))) return false;
+    for (const ImageSpan& i : images) {
+      if (!f(i.offset) || !f(i.tokens)) return false;
     }
   }
   return true;
+}
+
+inline std::vector<std::int64_t> batch_key(const BoundaryBatch& b, Direction direction) {
+  std::size_t n = 0;
+  visit_batch_key(b, direction, [&](std::int64_t) { return ++n != 0; });
+  std::vector<std::int64_t> key;
+  key.reserve(n);
+  visit_batch_key(b, direction, [&](std::int64_t v) {
+    key.push_back(v);
+    return true;
+  });
+  return key;
+}
+
+inline bool same_key(const std::vector<std::int64_t>& key, const BoundaryBatch& b, Direction direction) {
+  std::size_t i = 0;
+  return visit_batch_key(b, direction, [&](std::int64_t v) { return i < key.size() && key[i++] == v; }) &&
+         i == key.size();
 }
 
 }  // namespace detail
@@ -484,7 +514,7 @@ inline RankSchedule make_schedule(const RankPlan& plan) {
 
 inline const RankPlan& RankPlanner::plan(const BoundaryBatch& batch, Direction direction) {
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->direction == direction && detail::same_batch(it->batch, batch)) {
+    if (detail::same_key(it->key, batch, direction)) {
       ++hits_;
       entries_.splice(entries_.begin(), entries_, it);
       return entries_.front().plan;
@@ -492,7 +522,7 @@ inline const RankPlan& RankPlanner::plan(const BoundaryBatch& batch, Direction d
   }
   ++misses_;
   RankPlan plan = plan_rank(layout_, encoder_, batch, direction, rank_, options_);
-  entries_.push_front(Entry{batch, direction, std::move(plan)});
+  entries_.push_front(Entry{detail::batch_key(batch, direction), std::move(plan)});
   if (entries_.size() > capacity_) entries_.pop_back();
   return entries_.front().plan;
 }
