@@ -81,12 +81,17 @@ TEST(HeteroRankPlan, EveryRankMatchesTheWorldPlanner) {
   EXPECT_GT(chose_direct, 500);  // and automatic went both ways
 }
 
-TEST(HeteroRankPlan, PlannerCachesByMicroBatch) {
+// 24 ranks: a sequence-parallel LLM tp4 on 8-23, a tp1 encoder on 0-7.
+LayoutSpec small_spec() {
   LayoutSpec spec;
   spec.world_size = 24;
   spec.llm = ModuleSpec{"llm", 4, 1, 1, 0, true, 8, 16};
   spec.encoders.push_back(ModuleSpec{"vision", 1, 1, 1, 0, false, 0, 8});
-  const Layout layout(spec);
+  return spec;
+}
+
+TEST(HeteroRankPlan, PlannerCachesByMicroBatch) {
+  const Layout layout(small_spec());
   RankPlanner planner(layout, 0, 9, 2);
   BoundaryBatch a{{576, 1024, 256, 729, 576, 576, 100, 2048}, 64, 2};
   BoundaryBatch b = a;
@@ -109,6 +114,28 @@ TEST(HeteroRankPlan, PlannerCachesByMicroBatch) {
     const RankPlan& p = relaying.plan(a, Direction::forward);
     EXPECT_EQ(compare(plan_forward(layout, 0, a, PlanOptions{st}), p, 9), "");
     EXPECT_EQ(&relaying.plan(a, Direction::forward), &p);
+  }
+}
+
+TEST(HeteroRankPlan, CacheKeySeesTheCombinedInput) {
+  const Layout layout(small_spec());
+  BoundaryBatch a{{8, 16}, 64, 2};
+  a.llm_sequence.format = SequenceFormat::thd;
+  a.llm_sequence.length = {32, 40};
+  a.llm_sequence.images = {{{0, 8}}, {{4, 8}, {20, 8}}};
+  for (Strategy st : {Strategy::direct, Strategy::automatic}) {
+    RankPlanner planner(layout, 0, 10, 4, PlanOptions{st});
+    planner.plan(a, Direction::forward);
+    BoundaryBatch b = a;
+    planner.plan(b, Direction::forward);
+    EXPECT_EQ(planner.hits(), 1u);
+    b.llm_sequence.images[1][1].offset = 24;  // same tokens, the second image moved: another plan
+    EXPECT_EQ(compare(plan_forward(layout, 0, b, PlanOptions{st}), planner.plan(b, Direction::forward), 10), "");
+    b.llm_sequence.images[1] = {{4, 16}};  // one image instead of two
+    EXPECT_EQ(compare(plan_forward(layout, 0, b, PlanOptions{st}), planner.plan(b, Direction::forward), 10), "");
+    EXPECT_EQ(planner.misses(), 3u);
+    planner.plan(a, Direction::forward);
+    EXPECT_EQ(planner.hits(), 2u);
   }
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 
@@ -438,15 +439,19 @@ class RankPlanBuilder {
   std::unordered_map<int, std::int64_t> relay_rows_, direct_rows_;
 };
 
-// Everything a plan depends on in a micro-batch, flattened: f(value) for each value in turn, each
-// list preceded by its length, so two sequences are equal exactly when the batches are. f returns
-// false to stop early. A cache key without copying the batch's per-sample vectors, which would cost
-// an allocation each.
+// Everything a plan depends on in a micro-batch, flattened: f(value) for single values, f(data, n)
+// for runs of n values, each list preceded by its length, so two sequences are equal exactly when
+// the batches are. f returns false to stop early. A cache key without copying the batch's
+// per-sample vectors, which would cost an allocation each; runs keep the comparison a memcmp.
 template <class F>
 bool visit_batch_key(const BoundaryBatch& b, Direction direction, F&& f) {
-  auto list = [&](const auto& v) {
+  static_assert(sizeof(ImageSpan) == 2 * sizeof(std::int64_t), "ImageSpan is visited as two values");
+  auto run = [&](const std::int64_t* data, std::size_t n) {
+    return f(static_cast<std::int64_t>(n)) && f(data, n);
+  };
+  auto ints = [&](const std::vector<int>& v) {
     if (!f(static_cast<std::int64_t>(v.size()))) return false;
-    for (auto x : v) {
+    for (int x : v) {
       if (!f(static_cast<std::int64_t>(x))) return false;
     }
     return true;
@@ -458,35 +463,57 @@ bool visit_batch_key(const BoundaryBatch& b, Direction direction, F&& f) {
                          x.pad_multiple, x.padded_length}) {
     if (!f(v)) return false;
   }
-  if (!list(b.tokens) || !list(b.encoder_assignment.replica) || !list(b.llm_assignment.replica) || !list(x.length) ||
+  if (!run(b.tokens.data(), b.tokens.size()) || !ints(b.encoder_assignment.replica) ||
+      !ints(b.llm_assignment.replica) || !run(x.length.data(), x.length.size()) ||
       !f(static_cast<std::int64_t>(x.images.size()))) {
     return false;
   }
   for (const auto& images : x.images) {
-    if (!f(static_cast<std::int64_t>(images.size()))) return false;
-    for (const ImageSpan& i : images) {
-      if (!f(i.offset) || !f(i.tokens)) return false;
-    }
+    if (!run(reinterpret_cast<const std::int64_t*>(images.data()), 2 * images.size())) return false;
   }
   return true;
 }
 
 inline std::vector<std::int64_t> batch_key(const BoundaryBatch& b, Direction direction) {
-  std::size_t n = 0;
-  visit_batch_key(b, direction, [&](std::int64_t) { return ++n != 0; });
+  struct Count {
+    std::size_t n = 0;
+    bool operator()(std::int64_t) { return ++n != 0; }
+    bool operator()(const std::int64_t*, std::size_t k) {
+      n += k;
+      return true;
+    }
+  } count;
+  visit_batch_key(b, direction, count);
+  struct Append {
+    std::vector<std::int64_t>& key;
+    bool operator()(std::int64_t v) {
+      key.push_back(v);
+      return true;
+    }
+    bool operator()(const std::int64_t* data, std::size_t k) {
+      key.insert(key.end(), data, data + k);
+      return true;
+    }
+  };
   std::vector<std::int64_t> key;
-  key.reserve(n);
-  visit_batch_key(b, direction, [&](std::int64_t v) {
-    key.push_back(v);
-    return true;
-  });
+  key.reserve(count.n);
+  visit_batch_key(b, direction, Append{key});
   return key;
 }
 
 inline bool same_key(const std::vector<std::int64_t>& key, const BoundaryBatch& b, Direction direction) {
-  std::size_t i = 0;
-  return visit_batch_key(b, direction, [&](std::int64_t v) { return i < key.size() && key[i++] == v; }) &&
-         i == key.size();
+  struct Compare {
+    const std::vector<std::int64_t>& key;
+    std::size_t i = 0;
+    bool operator()(std::int64_t v) { return i < key.size() && key[i++] == v; }
+    bool operator()(const std::int64_t* data, std::size_t k) {
+      if (k > key.size() - i) return false;
+      const bool same = k == 0 || std::memcmp(key.data() + i, data, k * sizeof(std::int64_t)) == 0;
+      i += k;
+      return same;
+    }
+  } compare{key};
+  return visit_batch_key(b, direction, compare) && compare.i == key.size();
 }
 
 }  // namespace detail
