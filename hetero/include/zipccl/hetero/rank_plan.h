@@ -15,8 +15,10 @@
 // receiving parties that demand from it; a relayed party's pieces level its members' loads as
 // holders, so the phase-0 totals of those members' source parties are computed too (each once).
 // automatic needs the world's busiest sender under both strategies: every source party's phase-0
-// total and every relayed party's relay loads, counted without building any transfer - O(the
-// world's row ranges), cached with the plan by RankPlanner.
+// total and every relayed party's relay loads, counted without building any transfer. Parties
+// with no member in the other module's boundary parties have closed forms costing their kept rows
+// (O(samples * parties per replica) for the world); colocated ones are counted through their
+// demands, near the world planner's cost. RankPlanner caches the result with the plan.
 //
 // RankPlanner keeps the last few plans keyed by the micro-batch (token counts, assignments, LLM
 // input), so a training loop whose micro-batches repeat shapes replans nothing.
