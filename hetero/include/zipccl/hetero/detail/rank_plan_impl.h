@@ -17,6 +17,7 @@ class LazyPlacement {
   LazyPlacement(const Module& m, const BoundaryBatch& batch)
       : m_(m), batch_(batch), replica_of_(module_replicas(m, batch)), slot_(replica_of_.size()) {
     per_cp_ = m.sequence_parallel() ? m.tp() : 1;
+    combined_ = combined_input(m, batch);
     // Samples grouped by replica, ascending within each (a stable counting sort).
     first_.assign(static_cast<std::size_t>(m.dp()) + 1, 0);
     for (int d : replica_of_) ++first_[d + 1];
@@ -52,6 +53,23 @@ class LazyPlacement {
     }
   }
   int party_size() const { return m_.sequence_parallel() ? 1 : m_.tp(); }
+  // The samples of party `index` (its replica's), ascending.
+  const int* samples_begin(int index) const { return by_replica_.data() + first_[replica_of_party(index)]; }
+  const int* samples_end(int index) const { return by_replica_.data() + first_[replica_of_party(index) + 1]; }
+  // Calls f(range) for each range of sample s (of its replica) that party `index` keeps, as
+  // party(index) lists them. An image-only layout has them in closed form (stored_rows), so the
+  // party is not built; the LLM's combined input depends on the whole replica's packing.
+  template <class F>
+  void for_each_range(int index, int s, F&& f) {
+    if (!combined_) {
+      RowRange kept[2];
+      const int k = stored_rows(m_, batch_.tokens[s], index / per_cp_ % m_.cp(), index % per_cp_, kept);
+      for (int i = 0; i < k; ++i) f(kept[i]);
+      return;
+    }
+    const Party& p = party(index);
+    for (int j = p.first_range[slot_[s]]; j < p.first_range[slot_[s] + 1]; ++j) f(p.ranges[j]);
+  }
   // Boundary rows party `index` keeps (the sum of its ranges), without building it.
   std::int64_t kept_rows(int index) {
     const int t = index % per_cp_, c = index / per_cp_ % m_.cp(), d = index / per_cp_ / m_.cp();
@@ -76,7 +94,10 @@ class LazyPlacement {
   const Module& m_;
   const BoundaryBatch& batch_;
   std::vector<int> replica_of_, slot_, first_, by_replica_;
+  int replica_of_party(int index) const { return index / per_cp_ / m_.cp(); }
+
   int per_cp_ = 1;
+  bool combined_ = false;
   std::unordered_map<int, Party> parties_;
   std::vector<BufferSegment> scratch_;
   std::vector<int> samples_;
@@ -220,60 +241,52 @@ class RankPlanBuilder {
   // Rows source party q lets out in phase 0 (Planner::estimate_source_load's per-party figure), or
   // with direct = true what it would send under the direct strategy.
   std::int64_t holder_rows(int q, bool direct) {
-    auto& cache = direct ? direct_rows_ : relay_rows_;
-    auto it = cache.find(q);
-    if (it != cache.end()) return it->second;
-    const Party& Q = ps_.party(q);
-    std::int64_t rows = 0;
-    for (int d : receiving_replicas(Q)) {
-      for (int pi = pd_.party_index(d, 0, 0); pi < pd_.party_index(d + 1, 0, 0); ++pi) {
-        const Party& P = pd_.party(pi);
-        std::int64_t lacking = 0;
-        for (int r : P.ranks) lacking += ps_.party_of_rank(r) != q;
-        const bool relayed = !direct && P.ranks.size() > 1;
-        for (int s : Q.samples) {
-          if (pd_.replica_of(s) != d) continue;
-          for_overlaps(Q, P, s, [&](RowRange o) { rows += relayed ? (lacking > 0 ? o.size() : 0) : o.size() * lacking; });
+    auto it = holder_rows_.find(q);
+    if (it == holder_rows_.end()) {
+      std::int64_t relay = 0, direct_rows = 0;  // a sum: any order of the overlaps will do
+      const bool replicated = pd_.party_size() > 1;
+      for (const int* s = ps_.samples_begin(q); s != ps_.samples_end(q); ++s) {
+        const int d = pd_.replica_of(*s);
+        for (int pi = pd_.party_index(d, 0, 0); pi < pd_.party_index(d + 1, 0, 0); ++pi) {
+          std::int64_t lacking = 0;
+          pd_.for_each_member(pi, [&](int r) { lacking += ps_.party_of_rank(r) != q; });
+          pd_.for_each_range(pi, *s, [&](RowRange want) {
+            ps_.for_each_range(q, *s, [&](RowRange have) {
+              const std::int64_t o = std::min(want.end, have.end) - std::max(want.begin, have.begin);
+              if (o <= 0) return;
+              direct_rows += o * lacking;
+              relay += replicated ? (lacking > 0 ? o : 0) : o * lacking;
+            });
+          });
         }
       }
+      it = holder_rows_.emplace(q, std::make_pair(relay, direct_rows)).first;
     }
-    cache.emplace(q, rows);
-    return rows;
+    return direct ? it->second.second : it->second.first;
   }
   std::int64_t source_load(int r) {
     const int q = ps_.party_of_rank(r);
     if (q < 0) return 0;
-    const std::int64_t k = static_cast<std::int64_t>(ps_.party(q).ranks.size()), rows = holder_rows(q, false);
+    const std::int64_t k = ps_.party_size(), rows = holder_rows(q, false);
     return rows / k + (rows % k != 0);
   }
 
-  std::vector<int> receiving_replicas(const Party& Q) const {  // ascending
+  std::vector<int> receiving_replicas(int q) const {  // ascending
     std::vector<int> replicas;
-    for (int s : Q.samples) replicas.push_back(pd_.replica_of(s));
+    for (const int* s = ps_.samples_begin(q); s != ps_.samples_end(q); ++s) replicas.push_back(pd_.replica_of(*s));
     std::sort(replicas.begin(), replicas.end());
     replicas.erase(std::unique(replicas.begin(), replicas.end()), replicas.end());
     return replicas;
   }
-  template <class F>
-  void for_overlaps(const Party& Q, const Party& P, int s, F&& f) {
-    const int ps = ps_.slot(s), pd = pd_.slot(s);
-    for (int i = P.first_range[pd]; i < P.first_range[pd + 1]; ++i) {
-      for (int j = Q.first_range[ps]; j < Q.first_range[ps + 1]; ++j) {
-        const RowRange o{std::max(P.ranges[i].begin, Q.ranges[j].begin), std::min(P.ranges[i].end, Q.ranges[j].end)};
-        if (o.begin < o.end) f(o);
-      }
-    }
-  }
   // Calls f(source party, overlap) for each piece of `want` (rows of sample s), as Planner::for_each_holder.
   template <class F>
   void for_each_holder(int s, RowRange want, F&& f) {
-    const int first = ps_.replica_of(s) * ps_.parties_per_replica(), slot = ps_.slot(s);
+    const int first = ps_.replica_of(s) * ps_.parties_per_replica();
     for (int q = first; q < first + ps_.parties_per_replica(); ++q) {
-      const Party& Q = ps_.party(q);
-      for (int j = Q.first_range[slot]; j < Q.first_range[slot + 1]; ++j) {
-        const RowRange o{std::max(want.begin, Q.ranges[j].begin), std::min(want.end, Q.ranges[j].end)};
+      ps_.for_each_range(q, s, [&](RowRange have) {
+        const RowRange o{std::max(want.begin, have.begin), std::min(want.end, have.end)};
         if (o.begin < o.end) f(q, o);
-      }
+      });
     }
   }
 
@@ -340,7 +353,7 @@ class RankPlanBuilder {
     for (int q : holders) {
       const Party& Q = ps_.party(q);
       stream_.clear();
-      for (int d : receiving_replicas(Q)) {
+      for (int d : receiving_replicas(q)) {
         for (int pi = pd_.party_index(d, 0, 0); pi < pd_.party_index(d + 1, 0, 0); ++pi) {
           for (const auto& [from, demand] : party_plan(pi).demands) {
             if (from == q) stream_.push_back(demand);
@@ -436,7 +449,7 @@ class RankPlanBuilder {
   RankPlan out_;
   std::vector<Demand> stream_;
   std::unordered_map<int, PartyPlan> party_plans_;
-  std::unordered_map<int, std::int64_t> relay_rows_, direct_rows_;
+  std::unordered_map<int, std::pair<std::int64_t, std::int64_t>> holder_rows_;  // (scatter_allgather, direct)
 };
 
 // Everything a plan depends on in a micro-batch, flattened: f(value) for single values, f(data, n)
