@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "zipccl/hetero/detail/placement.h"
 
@@ -73,6 +74,24 @@ class LazyPlacement {
   // Boundary rows party `index` keeps (the sum of its ranges), without building it.
   std::int64_t kept_rows(int index) {
     const int t = index % per_cp_, c = index / per_cp_ % m_.cp(), d = index / per_cp_ / m_.cp();
+    if (!combined_) {  // stored_rows' sizes: cp rank c's two zigzag chunks, then (sp) tp rank t's piece
+      if (local_of_ != std::make_pair(d, c)) {  // the tp parties of one (d, c) come in a row
+        local_of_ = {d, c};
+        locals_.clear();
+        const std::int64_t k = 2 * static_cast<std::int64_t>(m_.cp());
+        for (int i = first_[d]; i < first_[d + 1]; ++i) {
+          const std::int64_t n = batch_.tokens[by_replica_[i]];
+          locals_.push_back(m_.cp() == 1 ? n
+                                         : split_point(n, c + 1, k) - split_point(n, c, k) + split_point(n, k - c, k) -
+                                               split_point(n, k - 1 - c, k));
+        }
+      }
+      std::int64_t rows = 0;
+      for (std::int64_t local : locals_) {
+        rows += m_.sequence_parallel() ? split_point(local, t + 1, m_.tp()) - split_point(local, t, m_.tp()) : local;
+      }
+      return rows;
+    }
     samples_.assign(by_replica_.begin() + first_[d], by_replica_.begin() + first_[d + 1]);
     scratch_.clear();
     kept_segments(m_, batch_, samples_, c, t, scratch_);
@@ -101,6 +120,8 @@ class LazyPlacement {
   std::unordered_map<int, Party> parties_;
   std::vector<BufferSegment> scratch_;
   std::vector<int> samples_;
+  std::pair<int, int> local_of_{-1, -1};  // (replica, cp) whose per-sample local lengths locals_ holds
+  std::vector<std::int64_t> locals_;
 };
 
 class RankPlanBuilder {
