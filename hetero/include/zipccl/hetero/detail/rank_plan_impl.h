@@ -92,6 +92,7 @@ class LazyPlacement {
       }
       return rows;
     }
+    if (batch_.llm_sequence.format == SequenceFormat::thd) return thd_kept_rows(d, c, t);
     samples_.assign(by_replica_.begin() + first_[d], by_replica_.begin() + first_[d + 1]);
     scratch_.clear();
     kept_segments(m_, batch_, samples_, c, t, scratch_);
@@ -99,6 +100,40 @@ class LazyPlacement {
     for (const BufferSegment& g : scratch_) rows += g.rows.size();
     return rows;
   }
+  // thd_segments' row count for (replica d, cp c, tp t): the image positions of the packed local
+  // sequence, as intervals shared by the tp parties of one (d, c), counted inside t's sp window.
+  std::int64_t thd_kept_rows(int d, int c, int t) {
+    if (thd_of_ != std::make_pair(d, c)) {
+      thd_of_ = {d, c};
+      const LlmSequence& q = batch_.llm_sequence;
+      const std::int64_t mult = sequence_pad_multiple(m_, batch_);
+      image_at_.clear();
+      covered_.assign(1, 0);
+      thd_local_ = 0;
+      RowRange ch[2];
+      for (int i = first_[d]; i < first_[d + 1]; ++i) {
+        const int s = by_replica_[i];
+        const int k = cp_chunks(round_up(q.length[s], mult), m_.cp(), c, ch);
+        for (int j = 0; j < k; ++j) {
+          for (const ImageSpan& im : q.images[s]) {
+            const std::int64_t lo = std::max(ch[j].begin, im.offset), hi = std::min(ch[j].end, im.offset + im.tokens);
+            if (lo >= hi) continue;
+            image_at_.push_back(RowRange{thd_local_ + lo - ch[j].begin, thd_local_ + hi - ch[j].begin});
+            covered_.push_back(covered_.back() + hi - lo);
+          }
+          thd_local_ = checked_add(thd_local_, ch[j].size(), "a packed local sequence length");
+        }
+      }
+    }
+    auto below = [&](std::int64_t x) {  // image rows at packed positions < x
+      const auto it = std::partition_point(image_at_.begin(), image_at_.end(), [&](const RowRange& r) { return r.end <= x; });
+      const std::size_t i = static_cast<std::size_t>(it - image_at_.begin());
+      return covered_[i] + (i < image_at_.size() ? std::max<std::int64_t>(0, x - image_at_[i].begin) : 0);
+    };
+    const RowRange w = sp_window(m_, thd_local_, t);
+    return below(w.end) - below(w.begin);
+  }
+
   const Party& party(int index) {
     auto it = parties_.find(index);
     if (it != parties_.end()) return it->second;
@@ -122,6 +157,10 @@ class LazyPlacement {
   std::vector<int> samples_;
   std::pair<int, int> local_of_{-1, -1};  // (replica, cp) whose per-sample local lengths locals_ holds
   std::vector<std::int64_t> locals_;
+  std::pair<int, int> thd_of_{-1, -1};  // (replica, cp) whose packed image positions image_at_ holds
+  std::vector<RowRange> image_at_;      // ascending, disjoint
+  std::vector<std::int64_t> covered_;   // image rows before each interval of image_at_, then the total
+  std::int64_t thd_local_ = 0;
 };
 
 class RankPlanBuilder {
