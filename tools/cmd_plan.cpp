@@ -78,8 +78,8 @@ const char kUsage[] =
     "  --summary            omit the per-rank table (and, with --json, the full group lists)\n"
     "  --transfers          also list every transfer\n"
     "  --max-groups N       groups printed per family in text (default 8; 0: all)\n"
-    "  --rank R             also plan rank R alone (per-rank planning, direct strategy): its time, and\n"
-    "                       whether it equals R's share of the world plan\n"
+    "  --rank R             also plan rank R alone (per-rank planning) with each strategy: its time,\n"
+    "                       and whether it equals R's share of the world plan\n"
     "  --max-transfers N    stop with an error when one plan needs more transfers (default 4194304)\n"
     "\n"
     "Limits: --world up to 1048576 ranks, up to 1048576 samples; byte counts that would overflow\n"
@@ -469,9 +469,11 @@ struct BoundaryReport {
   double plan_seconds = 0;
 };
 
-// --rank: one rank planned alone, against its share of the world's direct plan.
+// --rank: one rank planned alone with one strategy, against its share of the world's plan.
 struct RankCheck {
   int rank = -1;  // -1: not asked
+  Strategy strategy = Strategy::direct;
+  Strategy chosen = Strategy::direct;
   std::size_t transfers = 0;
   double seconds = 0;
   bool matches = false;
@@ -482,28 +484,35 @@ struct DirectionRefs {
   Direction direction;
   LowerBounds bounds;
   TrafficSummary leader;
-  RankCheck rank_check;
+  std::vector<RankCheck> rank_checks;  // one per strategy asked, with --rank
 };
 
-RankCheck check_rank(const Options& o, const Layout& layout, const BoundaryBatch& batch, int e, Direction dir) {
+RankCheck check_rank(const Options& o, const Layout& layout, const BoundaryBatch& batch, int e, Direction dir,
+                     Strategy strategy) {
   RankCheck c;
   c.rank = o.rank;
+  c.strategy = strategy;
   PlanOptions options;
+  options.strategy = strategy;
   options.max_transfers = o.max_transfers;
   const auto t0 = Clock::now();
   const RankPlan mine = plan_rank(layout, e, batch, dir, o.rank, options);
   c.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   c.transfers = mine.num_transfers();
+  c.chosen = mine.strategy;
   const BoundaryPlan world = plan_boundary(layout, e, batch, dir, options);
-  std::size_t k = 0;
-  c.matches = mine.source_bytes == world.source_bytes[o.rank] &&
+  c.matches = mine.strategy == world.strategy && mine.phases.size() == world.phases.size() &&
+              mine.source_bytes == world.source_bytes[o.rank] &&
               mine.destination_bytes == world.destination_bytes[o.rank];
-  for (const Transfer& t : world.phases[0]) {
-    if (t.src != o.rank && t.dst != o.rank) continue;
-    c.matches = c.matches && k < c.transfers && t == mine.phases[0][k];
-    ++k;
+  for (std::size_t p = 0; c.matches && p < world.phases.size(); ++p) {
+    std::size_t k = 0;
+    for (const Transfer& t : world.phases[p]) {
+      if (t.src != o.rank && t.dst != o.rank) continue;
+      c.matches = c.matches && k < mine.phases[p].size() && t == mine.phases[p][k];
+      ++k;
+    }
+    c.matches = c.matches && k == mine.phases[p].size();
   }
-  c.matches = c.matches && k == c.transfers;
   return c;
 }
 
@@ -627,10 +636,11 @@ void print_text(const Options& o, const Layout& layout, const BoundaryBatch& bat
         }
       }
     }
-    if (ref.rank_check.rank >= 0) {
-      std::printf("  rank %d alone (plan_rank, direct): %zu transfers in %.3f ms; %s its share of the world plan\n",
-                  ref.rank_check.rank, ref.rank_check.transfers, ref.rank_check.seconds * 1e3,
-                  ref.rank_check.matches ? "equals" : "DIFFERS FROM");
+    for (const RankCheck& c : ref.rank_checks) {
+      std::string label = strategy_name(c.strategy);
+      if (c.strategy == Strategy::automatic) label += std::string(": ") + strategy_name(c.chosen);
+      std::printf("  rank %d alone (plan_rank, %s): %zu transfers in %.3f ms; %s its share of the world plan\n", c.rank,
+                  label.c_str(), c.transfers, c.seconds * 1e3, c.matches ? "equals" : "DIFFERS FROM");
     }
     std::printf("  max bytes per rank:\n");
     std::printf("    %-26s %14s %14s %16s %16s\n", "scheme", "sent", "received", "network total",
@@ -858,13 +868,25 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
     j.field("into_receiver_bytes", ref.leader.boundary_bytes);
     j.close('}');
     write_buffers(j, o, reports, ref);
-    if (ref.rank_check.rank >= 0) {
+    if (!ref.rank_checks.empty()) {
+      bool all = true;
+      for (const RankCheck& c : ref.rank_checks) all = all && c.matches;
       j.key("rank_plan");
       j.open('{');
-      j.field("rank", ref.rank_check.rank);
-      j.field("transfer_count", static_cast<std::int64_t>(ref.rank_check.transfers));
-      j.field("plan_seconds", ref.rank_check.seconds);
-      j.field("matches_world_plan", ref.rank_check.matches);
+      j.field("rank", ref.rank_checks[0].rank);
+      j.field("matches_world_plan", all);
+      j.key("strategies");
+      j.open('[');
+      for (const RankCheck& c : ref.rank_checks) {
+        j.open('{');
+        j.field("strategy", strategy_name(c.strategy));
+        j.field("chosen", strategy_name(c.chosen));
+        j.field("transfer_count", static_cast<std::int64_t>(c.transfers));
+        j.field("plan_seconds", c.seconds);
+        j.field("matches_world_plan", c.matches);
+        j.close('}');
+      }
+      j.close(']');
       j.close('}');
     }
     j.key("plans");
@@ -903,8 +925,10 @@ int run(const Options& o) {
   for (int e = 0; e < layout.num_encoders(); ++e) {
     for (Direction dir : o.directions) {
       refs.push_back(DirectionRefs{e, dir, lower_bounds(layout, e, batch, dir),
-                                   leader_broadcast_traffic(layout, e, batch, dir), RankCheck{}});
-      if (o.rank >= 0) refs.back().rank_check = check_rank(o, layout, batch, e, dir);
+                                   leader_broadcast_traffic(layout, e, batch, dir), {}});
+      for (Strategy st : o.strategies) {
+        if (o.rank >= 0) refs.back().rank_checks.push_back(check_rank(o, layout, batch, e, dir, st));
+      }
       for (Strategy st : o.strategies) {
         const auto p0 = Clock::now();
         PlanOptions options;

@@ -1,5 +1,5 @@
 // Planning time at 16,384 ranks: the world planner (every rank's transfers) against one rank
-// planning only its own (rank_plan.h), cold and from RankPlanner's cache. A benchmark, not a test:
+// planning only its own (rank_plan.h), cold and from RankPlanner's cache, for each strategy. A benchmark, not a test:
 // its figures go into BENCHMARKS.md section 3.
 //   hetero_plan_bench [ranks to sample, default 256]
 #include <chrono>
@@ -18,14 +18,14 @@ namespace {
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void run(const char* name, const LayoutSpec& spec, const BoundaryBatch& batch, int sampled) {
-  const Layout layout(spec);
+void run_strategy(const Layout& layout, const BoundaryBatch& batch, int sampled, Strategy strategy) {
+  const PlanOptions options{strategy};
   const int world = layout.world_size();
   double world_seconds = 1e9;
   std::size_t transfers = 0;
   for (int rep = 0; rep < 3; ++rep) {  // best of three: the machine is shared
     const auto t0 = Clock::now();
-    const BoundaryPlan f = plan_forward(layout, 0, batch), b = plan_backward(layout, 0, batch);
+    const BoundaryPlan f = plan_forward(layout, 0, batch, options), b = plan_backward(layout, 0, batch, options);
     world_seconds = std::min(world_seconds, since(t0));
     transfers = f.num_transfers() + b.num_transfers();
   }
@@ -39,7 +39,7 @@ void run(const char* name, const LayoutSpec& spec, const BoundaryBatch& batch, i
     double cold = 1e9, warm = 1e9;
     std::size_t n = 0;
     for (int rep = 0; rep < 5; ++rep) {
-      RankPlanner planner(layout, 0, r);
+      RankPlanner planner(layout, 0, r, 8, options);
       auto t0 = Clock::now();
       n = planner.plan(batch, Direction::forward).num_transfers() +
           planner.plan(batch, Direction::backward).num_transfers();
@@ -56,12 +56,20 @@ void run(const char* name, const LayoutSpec& spec, const BoundaryBatch& batch, i
     warm_sum += warm;
     most = std::max(most, n);
   }
-  std::printf("%s\n  world planner, forward + backward: %.1f ms (%zu transfers; best of 3)\n", name,
+  std::printf("  %s: world planner, forward + backward: %.1f ms (%zu transfers; best of 3)\n", strategy_name(strategy),
               world_seconds * 1e3, transfers);
-  std::printf("  per rank, forward + backward, %d ranks sampled (best of 5 each): cold mean %.3f ms, max %.3f ms (rank %d); "
+  std::printf("    per rank, forward + backward, %d ranks sampled (best of 5 each): cold mean %.3f ms, max %.3f ms (rank %d); "
               "cached mean %.4f ms, max %.4f ms; at most %zu transfers for one rank\n",
               sampled, cold_sum / sampled * 1e3, cold_max * 1e3, worst, warm_sum / sampled * 1e3, warm_max * 1e3,
               most);
+}
+
+void run(const char* name, const LayoutSpec& spec, const BoundaryBatch& batch, int sampled) {
+  const Layout layout(spec);
+  std::printf("%s\n", name);
+  for (Strategy st : {Strategy::direct, Strategy::scatter_allgather, Strategy::automatic}) {
+    run_strategy(layout, batch, sampled, st);
+  }
 }
 
 }  // namespace

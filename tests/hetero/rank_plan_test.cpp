@@ -1,5 +1,5 @@
 // Per-rank planning (rank_plan.h) against the world planner: on every random layout, in both
-// directions, each rank's plan is exactly the world plan's transfers that rank sends or receives,
+// directions and for every strategy, each rank's plan is exactly the world plan's transfers that rank sends or receives,
 // in the same order, with the same buffer sizes and the same messages.
 #include "zipccl/hetero/rank_plan.h"
 
@@ -22,19 +22,23 @@ bool same_messages(const std::vector<Message>& a, const std::vector<Message>& b)
 
 // Empty when rank r's plan is the world plan's share of r.
 std::string compare(const BoundaryPlan& world, const RankPlan& mine, int r) {
-  std::vector<Transfer> expected;
-  for (const Transfer& t : world.phases[0]) {
-    if (t.src == r || t.dst == r) expected.push_back(t);
-  }
-  if (mine.phases.size() != 1) return "phases";
+  if (mine.strategy != world.strategy) return std::string("strategy ") + strategy_name(mine.strategy);
+  if (mine.phases.size() != world.phases.size()) return "phases";
   if (mine.source_bytes != world.source_bytes[r] || mine.destination_bytes != world.destination_bytes[r])
     return "buffer sizes of rank " + std::to_string(r);
-  if (mine.phases[0].size() != expected.size()) {
-    return "rank " + std::to_string(r) + ": " + std::to_string(mine.phases[0].size()) + " transfers, the world plan has " +
-           std::to_string(expected.size());
-  }
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    if (mine.phases[0][i] != expected[i]) return "rank " + std::to_string(r) + " transfer " + std::to_string(i);
+  for (std::size_t p = 0; p < world.phases.size(); ++p) {
+    std::vector<Transfer> expected;
+    for (const Transfer& t : world.phases[p]) {
+      if (t.src == r || t.dst == r) expected.push_back(t);
+    }
+    const std::string where = "rank " + std::to_string(r) + " phase " + std::to_string(p);
+    if (mine.phases[p].size() != expected.size()) {
+      return where + ": " + std::to_string(mine.phases[p].size()) + " transfers, the world plan has " +
+             std::to_string(expected.size());
+    }
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      if (mine.phases[p][i] != expected[i]) return where + " transfer " + std::to_string(i);
+    }
   }
   const RankSchedule a = make_schedule(world, r), b = make_schedule(mine);
   if (a.source_bytes != b.source_bytes || a.destination_bytes != b.destination_bytes) return "schedule sizes";
@@ -49,33 +53,45 @@ std::string compare(const BoundaryPlan& world, const RankPlan& mine, int r) {
 
 TEST(HeteroRankPlan, EveryRankMatchesTheWorldPlanner) {
   std::mt19937_64 rng(4242);
-  int compared = 0, combined = 0;
+  int compared = 0, combined = 0, relayed = 0, chose_direct = 0;
   for (int i = 0; i < 1500; ++i) {
     const Case c = random_case(rng, 48, true);
     const Layout layout(c.spec);
     combined += c.batch.llm_sequence.format != SequenceFormat::image_only;
     for (int e = 0; e < layout.num_encoders(); ++e) {
       for (Direction dir : {Direction::forward, Direction::backward}) {
-        const BoundaryPlan world = plan_boundary(layout, e, c.batch, dir);
-        for (int r = 0; r < layout.world_size(); ++r) {
-          const RankPlan mine = plan_rank(layout, e, c.batch, dir, r);
-          ASSERT_EQ(compare(world, mine, r), "") << "case " << i << " encoder " << e << " " << direction_name(dir)
-                                                 << ": " << c.describe();
-          ++compared;
+        for (Strategy strategy : {Strategy::direct, Strategy::scatter_allgather, Strategy::automatic}) {
+          const PlanOptions options{strategy};
+          const BoundaryPlan world = plan_boundary(layout, e, c.batch, dir, options);
+          relayed += world.strategy == Strategy::scatter_allgather && !world.phases[1].empty();
+          chose_direct += strategy == Strategy::automatic && world.strategy == Strategy::direct;
+          for (int r = 0; r < layout.world_size(); ++r) {
+            const RankPlan mine = plan_rank(layout, e, c.batch, dir, r, options);
+            ASSERT_EQ(compare(world, mine, r), "") << "case " << i << " encoder " << e << " " << direction_name(dir)
+                                                   << " " << strategy_name(strategy) << ": " << c.describe();
+            ++compared;
+          }
         }
       }
     }
   }
-  EXPECT_GT(compared, 50000);
+  EXPECT_GT(compared, 150000);
   EXPECT_GT(combined, 500);
+  EXPECT_GT(relayed, 1000);      // plans with a second phase were compared
+  EXPECT_GT(chose_direct, 500);  // and automatic went both ways
 }
 
-TEST(HeteroRankPlan, PlannerCachesByMicroBatch) {
+// 24 ranks: a sequence-parallel LLM tp4 on 8-23, a tp1 encoder on 0-7.
+LayoutSpec small_spec() {
   LayoutSpec spec;
   spec.world_size = 24;
   spec.llm = ModuleSpec{"llm", 4, 1, 1, 0, true, 8, 16};
   spec.encoders.push_back(ModuleSpec{"vision", 1, 1, 1, 0, false, 0, 8});
-  const Layout layout(spec);
+  return spec;
+}
+
+TEST(HeteroRankPlan, PlannerCachesByMicroBatch) {
+  const Layout layout(small_spec());
   RankPlanner planner(layout, 0, 9, 2);
   BoundaryBatch a{{576, 1024, 256, 729, 576, 576, 100, 2048}, 64, 2};
   BoundaryBatch b = a;
@@ -93,7 +109,34 @@ TEST(HeteroRankPlan, PlannerCachesByMicroBatch) {
   EXPECT_EQ(compare(plan_forward(layout, 0, b), planner.plan(b, Direction::forward), 9), "");
   EXPECT_EQ(planner.misses(), 5u);
   EXPECT_THROW(plan_rank(layout, 0, a, Direction::forward, 24), LayoutError);
-  EXPECT_THROW(plan_rank(layout, 0, a, Direction::forward, 0, PlanOptions{Strategy::scatter_allgather}), LayoutError);
+  for (Strategy st : {Strategy::scatter_allgather, Strategy::automatic}) {  // the planner keeps its strategy
+    RankPlanner relaying(layout, 0, 9, 2, PlanOptions{st});
+    const RankPlan& p = relaying.plan(a, Direction::forward);
+    EXPECT_EQ(compare(plan_forward(layout, 0, a, PlanOptions{st}), p, 9), "");
+    EXPECT_EQ(&relaying.plan(a, Direction::forward), &p);
+  }
+}
+
+TEST(HeteroRankPlan, CacheKeySeesTheCombinedInput) {
+  const Layout layout(small_spec());
+  BoundaryBatch a{{8, 16}, 64, 2};
+  a.llm_sequence.format = SequenceFormat::thd;
+  a.llm_sequence.length = {32, 40};
+  a.llm_sequence.images = {{{0, 8}}, {{4, 8}, {20, 8}}};
+  for (Strategy st : {Strategy::direct, Strategy::automatic}) {
+    RankPlanner planner(layout, 0, 10, 4, PlanOptions{st});
+    planner.plan(a, Direction::forward);
+    BoundaryBatch b = a;
+    planner.plan(b, Direction::forward);
+    EXPECT_EQ(planner.hits(), 1u);
+    b.llm_sequence.images[1][1].offset = 24;  // same tokens, the second image moved: another plan
+    EXPECT_EQ(compare(plan_forward(layout, 0, b, PlanOptions{st}), planner.plan(b, Direction::forward), 10), "");
+    b.llm_sequence.images[1] = {{4, 16}};  // one image instead of two
+    EXPECT_EQ(compare(plan_forward(layout, 0, b, PlanOptions{st}), planner.plan(b, Direction::forward), 10), "");
+    EXPECT_EQ(planner.misses(), 3u);
+    planner.plan(a, Direction::forward);
+    EXPECT_EQ(planner.hits(), 2u);
+  }
 }
 
 }  // namespace

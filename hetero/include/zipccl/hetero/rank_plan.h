@@ -10,8 +10,15 @@
 //    part of it) - the stream lists the demands of the receiving parties that need that party's
 //    rows, so the work is proportional to the transfers of the parties the rank deals with, plus
 //    O(samples) for the sample->replica maps (cached by RankPlanner).
-// Only the direct strategy (the library default) is planned per rank: scatter_allgather sizes its
-// relay pieces from every holder's load, a global quantity.
+// scatter_allgather adds, for the rank's own receiving party, that party's whole plan (its relay
+// pieces and phase 2), and for each source party whose stream it takes part in, the plans of the
+// receiving parties that demand from it; a relayed party's pieces level its members' loads as
+// holders, so the phase-0 totals of those members' source parties are computed too (each once).
+// automatic needs the world's busiest sender under both strategies: every source party's phase-0
+// total and every relayed party's relay loads, counted without building any transfer. Parties
+// with no member in the other module's boundary parties have closed forms costing their kept rows
+// (O(samples * parties per replica) for the world); colocated ones are counted through their
+// demands, near the world planner's cost. RankPlanner caches the result with the plan.
 //
 // RankPlanner keeps the last few plans keyed by the micro-batch (token counts, assignments, LLM
 // input), so a training loop whose micro-batches repeat shapes replans nothing.
@@ -31,11 +38,12 @@ struct RankPlan {
   int rank = -1;
   int world_size = 0;
   Direction direction = Direction::forward;
+  Strategy strategy = Strategy::direct;  // never automatic: the strategy chosen, as BoundaryPlan::strategy
   int encoder = 0;
   std::int64_t row_bytes = 0;
   std::int64_t source_bytes = 0;       // this rank's buffers, as BoundaryPlan::source_bytes[rank]
   std::int64_t destination_bytes = 0;
-  std::vector<std::vector<Transfer>> phases;  // one phase (direct); transfers with src or dst == rank
+  std::vector<std::vector<Transfer>> phases;  // as the world plan's phases; transfers with src or dst == rank
 
   std::size_t num_transfers() const {
     std::size_t n = 0;
@@ -45,7 +53,7 @@ struct RankPlan {
 };
 
 // Throws as plan_forward does (bad batch, bad encoder index, byte counts beyond 64 bits), LayoutError
-// for a strategy other than direct or a rank outside the world, LimitError when this rank's work
+// for a rank outside the world, LimitError when this rank's work
 // exceeds options.max_transfers.
 inline RankPlan plan_rank(const Layout& layout, int encoder, const BoundaryBatch& batch, Direction direction,
                           int rank, const PlanOptions& options = {});
@@ -67,8 +75,7 @@ class RankPlanner {
 
  private:
   struct Entry {
-    BoundaryBatch batch;
-    Direction direction;
+    std::vector<std::int64_t> key;  // detail::batch_key of the batch and direction
     RankPlan plan;
   };
   const Layout& layout_;

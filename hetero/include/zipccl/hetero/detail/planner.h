@@ -100,6 +100,92 @@ inline std::int64_t max_sent(const BoundaryPlan& plan) {
   return most;
 }
 
+// Rows a member of a relayed party passes on in phase 2, received from source party holder_party.
+struct Share {
+  int holder_party;
+  int sample;
+  RowRange rows;
+};
+
+// scatter_allgather's phase-0 pieces for one relayed party P of m members (see the top): calls
+// holders(s, range, f) to enumerate f(source party, overlap) for each range P keeps, local(j, q, s,
+// rows) for rows member j copies from its own source party q, demand(j, q, s, rows) for rows member j
+// receives from q. member_party[j] is member j's source party (-1: none), load[j] the rows it sends
+// as a holder. Fills shares (per member, what it relays, ordered by sample and row) and sends (rows
+// each member relays in phase 2). Shared by the world planner and the per-rank planner, which must
+// produce identical pieces.
+template <class Holders, class Local, class DemandOn>
+void relay_pieces(const Party& P, const std::vector<int>& slots, const std::vector<int>& member_party,
+                  const std::vector<std::int64_t>& load, Holders&& holders, Local&& local, DemandOn&& demand,
+                  std::vector<std::vector<Share>>& shares, std::vector<std::int64_t>& sends) {
+  const int m = static_cast<int>(P.ranks.size());
+  shares.assign(m, {});
+  sends.assign(m, 0);
+  std::vector<Share> pool;  // rows no member holds; Share::holder_party is their source party
+  std::int64_t pooled_rows = 0;
+  std::vector<int> lacking;
+  for (std::size_t k = 0; k < P.samples.size(); ++k) {
+    const int s = P.samples[k];
+    for (int i = P.first_range[slots[k]]; i < P.first_range[slots[k] + 1]; ++i) {
+      holders(s, P.ranges[i], [&](int q, RowRange o) {
+        lacking.clear();
+        for (int j = 0; j < m; ++j) {
+          if (member_party[j] == q) {
+            local(j, q, s, o);
+          } else {
+            lacking.push_back(j);
+          }
+        }
+        const int u = static_cast<int>(lacking.size());
+        if (u == m) {
+          pool.push_back(Share{q, s, o});
+          pooled_rows += o.size();
+          return;
+        }
+        if (u == 0) return;  // every member copied the rows
+        // Pieces sized so the lacking members' sends (relays so far plus their own phase-0
+        // sends as holders) level out; each piece costs its member u-1 relays.
+        std::vector<std::int64_t> level(u);
+        for (int x = 0; x < u; ++x) level[x] = u > 1 ? (sends[lacking[x]] + load[lacking[x]]) / (u - 1) : 0;
+        const std::vector<std::int64_t> caps = water_fill(level, o.size());
+        std::int64_t begin = o.begin;
+        for (int x = 0; x < u; ++x) {
+          const RowRange piece{begin, begin + caps[x]};
+          begin = piece.end;
+          if (piece.size() == 0) continue;
+          const int j = lacking[x];
+          demand(j, q, s, piece);
+          if (u > 1) shares[j].push_back(Share{q, s, piece});
+          sends[j] += piece.size() * (u - 1);
+        }
+      });
+    }
+  }
+  // A pooled row costs its relay m-1 sends: fill in those units so totals level out.
+  std::vector<std::int64_t> level(m);
+  for (int j = 0; j < m; ++j) level[j] = (sends[j] + load[j]) / (m - 1);
+  const std::vector<std::int64_t> caps = water_fill(level, pooled_rows);
+  int j = 0;
+  std::int64_t room = caps.empty() ? 0 : caps[0];
+  for (const Share& item : pool) {
+    RowRange rest = item.rows;
+    while (rest.size() > 0) {
+      while (room == 0) room = caps[++j];
+      const RowRange piece{rest.begin, rest.begin + std::min(room, rest.size())};
+      demand(j, item.holder_party, item.sample, piece);
+      shares[j].push_back(Share{item.holder_party, item.sample, piece});
+      sends[j] += piece.size() * (m - 1);
+      room -= piece.size();
+      rest.begin = piece.end;
+    }
+  }
+  for (auto& sh : shares) {
+    std::sort(sh.begin(), sh.end(), [](const Share& x, const Share& y) {
+      return x.sample != y.sample ? x.sample < y.sample : x.rows.begin < y.rows.begin;
+    });
+  }
+}
+
 // Counts what a plan holds as it grows, so an oversized request stops early with a message instead
 // of running for minutes or exhausting memory.
 class TransferBudget {
@@ -172,17 +258,6 @@ class Planner {
   }
 
  private:
-  struct Share {  // rows a member of a replicated party passes on in phase 2
-    int holder_party;
-    int sample;
-    RowRange rows;
-  };
-  struct Pooled {  // rows no member of the party holds
-    int party;
-    int sample;
-    RowRange rows;
-  };
-
   Transfer make_transfer(int src, int dst, int s, RowRange rows, BufferKind from, std::int64_t src_offset) const {
     Transfer t;
     t.src = src;
@@ -258,79 +333,28 @@ class Planner {
   void plan_relayed(int pi) {
     const Party& P = pd_.parties[pi];
     const int m = static_cast<int>(P.ranks.size());
-    std::vector<std::vector<Share>> shares(m);
-    std::vector<std::int64_t> sends(m, 0);  // rows each member will send in phase 2
-    std::vector<Pooled> pool;
-    std::int64_t pooled_rows = 0;
-    std::vector<int> lacking;
-    for (int s : P.samples) {
-      for (const RowRange* I = pd_.ranges_begin(P, s); I != pd_.ranges_end(P, s); ++I) {
-        for_each_holder(s, *I, [&](int q, RowRange o) {
-          lacking.clear();
-          for (int j = 0; j < m; ++j) {
-            if (ps_.party_of_rank[P.ranks[j]] == q) {
-              local_copy(P.ranks[j], q, s, o);
-            } else {
-              lacking.push_back(j);
-            }
-          }
-          const int u = static_cast<int>(lacking.size());
-          if (u == m) {
-            pool.push_back(Pooled{q, s, o});
-            pooled_rows += o.size();
-            return;
-          }
-          if (u == 0) return;  // every member copied the rows
-          // Pieces sized so the lacking members' sends (relays so far plus their own phase-0
-          // sends as holders) level out; each piece costs its member u-1 relays.
-          std::vector<std::int64_t> level(u);
-          for (int i = 0; i < u; ++i) {
-            const int r = P.ranks[lacking[i]];
-            level[i] = u > 1 ? (sends[lacking[i]] + source_load_[r]) / (u - 1) : 0;
-          }
-          const std::vector<std::int64_t> caps = water_fill(level, o.size());
-          std::int64_t begin = o.begin;
-          for (int i = 0; i < u; ++i) {
-            const RowRange piece{begin, begin + caps[i]};
-            begin = piece.end;
-            if (piece.size() == 0) continue;
-            const int j = lacking[i];
-            demand(q, P.ranks[j], s, piece);
-            if (u > 1) shares[j].push_back(Share{q, s, piece});
-            sends[j] += piece.size() * (u - 1);
-          }
-        });
-      }
+    std::vector<int> slots(P.samples.size()), member_party(m);
+    std::vector<std::int64_t> load(m), sends;
+    for (std::size_t k = 0; k < P.samples.size(); ++k) slots[k] = pd_.slot[P.samples[k]];
+    for (int j = 0; j < m; ++j) {
+      member_party[j] = ps_.party_of_rank[P.ranks[j]];
+      load[j] = source_load_[P.ranks[j]];
     }
-    // A pooled row costs its relay m-1 sends: fill in those units so totals level out.
-    std::vector<std::int64_t> level(m);
-    for (int j = 0; j < m; ++j) level[j] = (sends[j] + source_load_[P.ranks[j]]) / (m - 1);
-    const std::vector<std::int64_t> caps = water_fill(level, pooled_rows);
-    int j = 0;
-    std::int64_t room = caps.empty() ? 0 : caps[0];
-    for (const Pooled& item : pool) {
-      RowRange rest = item.rows;
-      while (rest.size() > 0) {
-        while (room == 0) room = caps[++j];
-        const RowRange piece{rest.begin, rest.begin + std::min(room, rest.size())};
-        demand(item.party, P.ranks[j], item.sample, piece);
-        shares[j].push_back(Share{item.party, item.sample, piece});
-        room -= piece.size();
-        rest.begin = piece.end;
-      }
-    }
+    std::vector<std::vector<Share>> shares;
+    relay_pieces(
+        P, slots, member_party, load,
+        [&](int s, RowRange want, auto&& f) { for_each_holder(s, want, f); },
+        [&](int j, int q, int s, RowRange o) { local_copy(P.ranks[j], q, s, o); },
+        [&](int j, int q, int s, RowRange o) { demand(q, P.ranks[j], s, o); }, shares, sends);
     relay(pi, shares);
   }
 
   // Phase 2: each member passes its shares on to every other member that lacks them.
-  void relay(int pi, std::vector<std::vector<Share>>& shares) {
+  void relay(int pi, const std::vector<std::vector<Share>>& shares) {
     const Party& P = pd_.parties[pi];
     const int m = static_cast<int>(P.ranks.size());
     for (int a = 0; a < m; ++a) {
       if (shares[a].empty()) continue;  // keeps this loop O(transfers), not O(m^2)
-      std::sort(shares[a].begin(), shares[a].end(), [](const Share& x, const Share& y) {
-        return x.sample != y.sample ? x.sample < y.sample : x.rows.begin < y.rows.begin;
-      });
       for (int b = 0; b < m; ++b) {
         if (b == a) continue;
         for (const Share& sh : shares[a]) {

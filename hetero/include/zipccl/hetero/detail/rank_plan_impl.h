@@ -2,8 +2,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "zipccl/hetero/detail/placement.h"
 
@@ -16,6 +18,7 @@ class LazyPlacement {
   LazyPlacement(const Module& m, const BoundaryBatch& batch)
       : m_(m), batch_(batch), replica_of_(module_replicas(m, batch)), slot_(replica_of_.size()) {
     per_cp_ = m.sequence_parallel() ? m.tp() : 1;
+    combined_ = combined_input(m, batch);
     // Samples grouped by replica, ascending within each (a stable counting sort).
     first_.assign(static_cast<std::size_t>(m.dp()) + 1, 0);
     for (int d : replica_of_) ++first_[d + 1];
@@ -33,12 +36,104 @@ class LazyPlacement {
   int slot(int s) const { return slot_[s]; }
   int parties_per_replica() const { return m_.cp() * per_cp_; }
   int party_index(int replica, int cp, int tp) const { return (replica * m_.cp() + cp) * per_cp_ + tp; }
+  int num_parties() const { return m_.dp() * parties_per_replica(); }
   int party_of_rank(int rank) const {
     if (!m_.contains(rank)) return -1;
     const Coords c = m_.coords(rank);
     if (c.pp != m_.boundary_stage()) return -1;
     return party_index(c.dp, c.cp, m_.sequence_parallel() ? c.tp : 0);
   }
+  // Calls f(rank) for each member of party `index`, in the party's order, without building it.
+  template <class F>
+  void for_each_member(int index, F&& f) const {
+    const int t = index % per_cp_, c = index / per_cp_ % m_.cp(), d = index / per_cp_ / m_.cp();
+    if (m_.sequence_parallel()) {
+      f(m_.rank(Coords{t, c, d, m_.boundary_stage()}));
+    } else {
+      for (int u = 0; u < m_.tp(); ++u) f(m_.rank(Coords{u, c, d, m_.boundary_stage()}));
+    }
+  }
+  int party_size() const { return m_.sequence_parallel() ? 1 : m_.tp(); }
+  // The samples of party `index` (its replica's), ascending.
+  const int* samples_begin(int index) const { return by_replica_.data() + first_[replica_of_party(index)]; }
+  const int* samples_end(int index) const { return by_replica_.data() + first_[replica_of_party(index) + 1]; }
+  // Calls f(range) for each range of sample s (of its replica) that party `index` keeps, as
+  // party(index) lists them. An image-only layout has them in closed form (stored_rows), so the
+  // party is not built; the LLM's combined input depends on the whole replica's packing.
+  template <class F>
+  void for_each_range(int index, int s, F&& f) {
+    if (!combined_) {
+      RowRange kept[2];
+      const int k = stored_rows(m_, batch_.tokens[s], index / per_cp_ % m_.cp(), index % per_cp_, kept);
+      for (int i = 0; i < k; ++i) f(kept[i]);
+      return;
+    }
+    const Party& p = party(index);
+    for (int j = p.first_range[slot_[s]]; j < p.first_range[slot_[s] + 1]; ++j) f(p.ranges[j]);
+  }
+  // Boundary rows party `index` keeps (the sum of its ranges), without building it.
+  std::int64_t kept_rows(int index) {
+    const int t = index % per_cp_, c = index / per_cp_ % m_.cp(), d = index / per_cp_ / m_.cp();
+    if (!combined_) {  // stored_rows' sizes: cp rank c's two zigzag chunks, then (sp) tp rank t's piece
+      if (local_of_ != std::make_pair(d, c)) {  // the tp parties of one (d, c) come in a row
+        local_of_ = {d, c};
+        locals_.clear();
+        const std::int64_t k = 2 * static_cast<std::int64_t>(m_.cp());
+        for (int i = first_[d]; i < first_[d + 1]; ++i) {
+          const std::int64_t n = batch_.tokens[by_replica_[i]];
+          locals_.push_back(m_.cp() == 1 ? n
+                                         : split_point(n, c + 1, k) - split_point(n, c, k) + split_point(n, k - c, k) -
+                                               split_point(n, k - 1 - c, k));
+        }
+      }
+      std::int64_t rows = 0;
+      for (std::int64_t local : locals_) {
+        rows += m_.sequence_parallel() ? split_point(local, t + 1, m_.tp()) - split_point(local, t, m_.tp()) : local;
+      }
+      return rows;
+    }
+    if (batch_.llm_sequence.format == SequenceFormat::thd) return thd_kept_rows(d, c, t);
+    samples_.assign(by_replica_.begin() + first_[d], by_replica_.begin() + first_[d + 1]);
+    scratch_.clear();
+    kept_segments(m_, batch_, samples_, c, t, scratch_);
+    std::int64_t rows = 0;
+    for (const BufferSegment& g : scratch_) rows += g.rows.size();
+    return rows;
+  }
+  // thd_segments' row count for (replica d, cp c, tp t): the image positions of the packed local
+  // sequence, as intervals shared by the tp parties of one (d, c), counted inside t's sp window.
+  std::int64_t thd_kept_rows(int d, int c, int t) {
+    if (thd_of_ != std::make_pair(d, c)) {
+      thd_of_ = {d, c};
+      const LlmSequence& q = batch_.llm_sequence;
+      const std::int64_t mult = sequence_pad_multiple(m_, batch_);
+      image_at_.clear();
+      covered_.assign(1, 0);
+      thd_local_ = 0;
+      RowRange ch[2];
+      for (int i = first_[d]; i < first_[d + 1]; ++i) {
+        const int s = by_replica_[i];
+        const int k = cp_chunks(round_up(q.length[s], mult), m_.cp(), c, ch);
+        for (int j = 0; j < k; ++j) {
+          for (const ImageSpan& im : q.images[s]) {
+            const std::int64_t lo = std::max(ch[j].begin, im.offset), hi = std::min(ch[j].end, im.offset + im.tokens);
+            if (lo >= hi) continue;
+            image_at_.push_back(RowRange{thd_local_ + lo - ch[j].begin, thd_local_ + hi - ch[j].begin});
+            covered_.push_back(covered_.back() + hi - lo);
+          }
+          thd_local_ = checked_add(thd_local_, ch[j].size(), "a packed local sequence length");
+        }
+      }
+    }
+    auto below = [&](std::int64_t x) {  // image rows at packed positions < x
+      const auto it = std::partition_point(image_at_.begin(), image_at_.end(), [&](const RowRange& r) { return r.end <= x; });
+      const std::size_t i = static_cast<std::size_t>(it - image_at_.begin());
+      return covered_[i] + (i < image_at_.size() ? std::max<std::int64_t>(0, x - image_at_[i].begin) : 0);
+    };
+    const RowRange w = sp_window(m_, thd_local_, t);
+    return below(w.end) - below(w.begin);
+  }
+
   const Party& party(int index) {
     auto it = parties_.find(index);
     if (it != parties_.end()) return it->second;
@@ -53,9 +148,19 @@ class LazyPlacement {
   const Module& m_;
   const BoundaryBatch& batch_;
   std::vector<int> replica_of_, slot_, first_, by_replica_;
+  int replica_of_party(int index) const { return index / per_cp_ / m_.cp(); }
+
   int per_cp_ = 1;
+  bool combined_ = false;
   std::unordered_map<int, Party> parties_;
   std::vector<BufferSegment> scratch_;
+  std::vector<int> samples_;
+  std::pair<int, int> local_of_{-1, -1};  // (replica, cp) whose per-sample local lengths locals_ holds
+  std::vector<std::int64_t> locals_;
+  std::pair<int, int> thd_of_{-1, -1};  // (replica, cp) whose packed image positions image_at_ holds
+  std::vector<RowRange> image_at_;      // ascending, disjoint
+  std::vector<std::int64_t> covered_;   // image rows before each interval of image_at_, then the total
+  std::int64_t thd_local_ = 0;
 };
 
 class RankPlanBuilder {
@@ -75,7 +180,10 @@ class RankPlanBuilder {
     out_.phases.resize(1);
   }
 
-  RankPlan run() {
+  RankPlan run(Strategy strategy) {
+    if (strategy == Strategy::automatic) strategy = world_relay_sends_less() ? Strategy::scatter_allgather : Strategy::direct;
+    out_.strategy = strategy;
+    if (strategy == Strategy::scatter_allgather) return run_relayed();
     const int my_src = ps_.party_of_rank(rank_), my_dst = pd_.party_of_rank(rank_);
     std::vector<int> holders;  // source parties whose demand streams this rank takes part in
     if (my_src >= 0) {
@@ -151,6 +259,11 @@ class RankPlanBuilder {
         }
       }
     }
+    emit_cut(Q);
+  }
+
+  // Cuts stream_ (the demands on party Q) among q's members as the world planner does; keeps this rank's part.
+  void emit_cut(const Party& Q) {
     budget_.take(stream_.size());
     cut_stream(stream_, static_cast<std::int64_t>(Q.ranks.size()), [&](std::int64_t h, const Demand& d, RowRange rows) {
       const int src = Q.ranks[h];
@@ -169,43 +282,317 @@ class RankPlanBuilder {
     }
   }
 
+  // scatter_allgather (planner.h's Planner::plan_relayed and relay, restricted to what this rank
+  // needs): its own party's plan in full (local copies, demands, relays), then the demand stream of
+  // each source party it sends for or receives from, built from the plans of the receiving parties
+  // that demand from that party. A relayed party's pieces depend on its members' loads as holders,
+  // so those source parties' totals are computed too (only theirs, each once).
+  struct Local {
+    int rank, party, sample;
+    RowRange rows;
+  };
+  struct PartyPlan {                              // one receiving party's part of the world plan
+    std::vector<Local> locals;                    // phase-0 local copies, in the world's order
+    std::vector<std::pair<int, Demand>> demands;  // (source party, demand), in the world's order
+    std::vector<std::int64_t> relay_rows;         // rows each member sends in phase 2
+    std::vector<std::vector<Share>> shares;       // per member (relayed parties)
+  };
+
+  // Rows source party q lets out in phase 0 (Planner::estimate_source_load's per-party figure), or
+  // with direct = true what it would send under the direct strategy.
+  std::int64_t holder_rows(int q, bool direct) {
+    auto it = holder_rows_.find(q);
+    if (it == holder_rows_.end()) {
+      std::int64_t relay = 0, direct_rows = 0;  // a sum: any order of the overlaps will do
+      const bool replicated = pd_.party_size() > 1;
+      for (const int* s = ps_.samples_begin(q); s != ps_.samples_end(q); ++s) {
+        const int d = pd_.replica_of(*s);
+        for (int pi = pd_.party_index(d, 0, 0); pi < pd_.party_index(d + 1, 0, 0); ++pi) {
+          std::int64_t lacking = 0;
+          pd_.for_each_member(pi, [&](int r) { lacking += ps_.party_of_rank(r) != q; });
+          pd_.for_each_range(pi, *s, [&](RowRange want) {
+            ps_.for_each_range(q, *s, [&](RowRange have) {
+              const std::int64_t o = std::min(want.end, have.end) - std::max(want.begin, have.begin);
+              if (o <= 0) return;
+              direct_rows += o * lacking;
+              relay += replicated ? (lacking > 0 ? o : 0) : o * lacking;
+            });
+          });
+        }
+      }
+      it = holder_rows_.emplace(q, std::make_pair(relay, direct_rows)).first;
+    }
+    return direct ? it->second.second : it->second.first;
+  }
+  std::int64_t source_load(int r) {
+    const int q = ps_.party_of_rank(r);
+    if (q < 0) return 0;
+    const std::int64_t k = ps_.party_size(), rows = holder_rows(q, false);
+    return rows / k + (rows % k != 0);
+  }
+
+  std::vector<int> receiving_replicas(int q) const {  // ascending
+    std::vector<int> replicas;
+    for (const int* s = ps_.samples_begin(q); s != ps_.samples_end(q); ++s) replicas.push_back(pd_.replica_of(*s));
+    std::sort(replicas.begin(), replicas.end());
+    replicas.erase(std::unique(replicas.begin(), replicas.end()), replicas.end());
+    return replicas;
+  }
+  // Calls f(source party, overlap) for each piece of `want` (rows of sample s), as Planner::for_each_holder.
+  template <class F>
+  void for_each_holder(int s, RowRange want, F&& f) {
+    const int first = ps_.replica_of(s) * ps_.parties_per_replica();
+    for (int q = first; q < first + ps_.parties_per_replica(); ++q) {
+      ps_.for_each_range(q, s, [&](RowRange have) {
+        const RowRange o{std::max(want.begin, have.begin), std::min(want.end, have.end)};
+        if (o.begin < o.end) f(q, o);
+      });
+    }
+  }
+
+  const PartyPlan& party_plan(int pi) {
+    auto it = party_plans_.find(pi);
+    if (it != party_plans_.end()) return it->second;
+    const Party& P = pd_.party(pi);
+    PartyPlan& out = party_plans_[pi];
+    const int m = static_cast<int>(P.ranks.size());
+    std::vector<int> member_party(m);
+    for (int j = 0; j < m; ++j) member_party[j] = ps_.party_of_rank(P.ranks[j]);
+    out.relay_rows.assign(m, 0);
+    if (m == 1) {  // Planner::plan_direct
+      for (int s : P.samples) {
+        for (int i = P.first_range[pd_.slot(s)]; i < P.first_range[pd_.slot(s) + 1]; ++i) {
+          for_each_holder(s, P.ranges[i], [&](int q, RowRange o) {
+            if (member_party[0] == q) {
+              out.locals.push_back(Local{P.ranks[0], q, s, o});
+            } else {
+              out.demands.emplace_back(q, Demand{P.ranks[0], s, o});
+            }
+          });
+        }
+      }
+      return out;
+    }
+    std::vector<int> slots(P.samples.size());
+    std::vector<std::int64_t> load(m);
+    for (std::size_t k = 0; k < P.samples.size(); ++k) slots[k] = pd_.slot(P.samples[k]);
+    for (int j = 0; j < m; ++j) load[j] = source_load(P.ranks[j]);
+    relay_pieces(
+        P, slots, member_party, load,
+        [&](int s, RowRange want, auto&& f) { for_each_holder(s, want, f); },
+        [&](int j, int q, int s, RowRange o) { out.locals.push_back(Local{P.ranks[j], q, s, o}); },
+        [&](int j, int q, int s, RowRange o) { out.demands.emplace_back(q, Demand{P.ranks[j], s, o}); }, out.shares,
+        out.relay_rows);
+    return out;
+  }
+
+  RankPlan run_relayed() {
+    out_.phases.resize(2);
+    const int my_src = ps_.party_of_rank(rank_), my_dst = pd_.party_of_rank(rank_);
+    std::vector<int> holders;
+    if (my_src >= 0) {
+      out_.source_bytes = ps_.party(my_src).buffer_bytes;
+      holders.push_back(my_src);
+    }
+    if (my_dst >= 0) {
+      const Party& P = pd_.party(my_dst);
+      out_.destination_bytes = P.buffer_bytes;
+      const PartyPlan& mine = party_plan(my_dst);
+      for (const Local& l : mine.locals) {
+        if (l.rank != rank_) continue;
+        budget_.take(1);
+        out_.phases[0].push_back(transfer(rank_, rank_, l.sample, l.rows, ps_.party(l.party), P));
+      }
+      for (const auto& [q, d] : mine.demands) {
+        if (d.receiver == rank_) holders.push_back(q);
+      }
+      relays(my_dst, mine);
+    }
+    std::sort(holders.begin(), holders.end());
+    holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
+    for (int q : holders) {
+      const Party& Q = ps_.party(q);
+      stream_.clear();
+      for (int d : receiving_replicas(q)) {
+        for (int pi = pd_.party_index(d, 0, 0); pi < pd_.party_index(d + 1, 0, 0); ++pi) {
+          for (const auto& [from, demand] : party_plan(pi).demands) {
+            if (from == q) stream_.push_back(demand);
+          }
+        }
+      }
+      emit_cut(Q);
+    }
+    return std::move(out_);
+  }
+
+  // Phase 2 of this rank's party (Planner::relay): the relays it sends or receives.
+  void relays(int pi, const PartyPlan& plan) {
+    const Party& P = pd_.party(pi);
+    const int m = static_cast<int>(P.ranks.size());
+    for (int a = 0; a < m; ++a) {
+      for (int b = 0; b < m; ++b) {
+        if (b == a || (P.ranks[a] != rank_ && P.ranks[b] != rank_)) continue;
+        for (const Share& sh : plan.shares[a]) {
+          if (ps_.party_of_rank(P.ranks[b]) == sh.holder_party) continue;
+          budget_.take(1);
+          Transfer t;
+          t.src = P.ranks[a];
+          t.dst = P.ranks[b];
+          t.sample = sh.sample;
+          t.rows = sh.rows;
+          t.src_buffer = BufferKind::destination;
+          t.src_offset = row_offset(P, pd_.slot(sh.sample), sh.rows.begin, row_bytes_);
+          t.dst_offset = t.src_offset;
+          t.bytes = sh.rows.size() * row_bytes_;
+          out_.phases[1].push_back(t);
+        }
+      }
+    }
+  }
+
+  // Planner::make_plan's choice for automatic: whether the world's busiest sender sends less under
+  // scatter_allgather than under direct, counted in rows without building transfers. A party none
+  // of whose members is in the other module's boundary parties has a closed form, since the
+  // receiving parties of a replica partition each sample's rows and all have the same size:
+  //  - source party Q: direct sends its rows once per receiving-party member, scatter_allgather
+  //    once per receiving party - rows(Q) * |P| and rows(Q) - cut equally among Q's members;
+  //  - relayed receiving party P: every row it needs is pooled (no member holds any) and its
+  //    members carry no holder load, so the water-fill gives member j caps[j] of rows(P), relayed
+  //    to the m-1 others.
+  // Parties with colocated members are counted exactly as the planner plans them (holder_rows,
+  // party_plan), which costs their demands; the others cost their kept rows.
+  bool world_relay_sends_less() {
+    if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
+    std::unordered_map<int, std::int64_t> sent;  // ranks in both modules' parties: both terms
+    std::int64_t direct_most = 0, relay_most = 0;
+    const std::int64_t dst_size = pd_.party_size();
+    const int sources = ps_.num_parties(), receivers = pd_.num_parties();
+    for (int q = 0; q < sources; ++q) {
+      bool colocated = false;
+      ps_.for_each_member(q, [&](int r) { colocated = colocated || pd_.party_of_rank(r) >= 0; });
+      const std::int64_t k = ps_.party_size();
+      if (!colocated) {
+        const std::int64_t rows = ps_.kept_rows(q);
+        direct_most = std::max(direct_most, ceil_div(checked_mul(rows, dst_size, "rows a source party sends under the direct strategy"), k));
+        relay_most = std::max(relay_most, ceil_div(rows, k));
+        continue;
+      }
+      const std::int64_t direct = holder_rows(q, true), relayed = holder_rows(q, false);
+      direct_most = std::max(direct_most, ceil_div(direct, k));
+      std::int64_t h = 0;
+      ps_.for_each_member(q, [&](int r) {
+        sent[r] += split_point(relayed, h + 1, k) - split_point(relayed, h, k);
+        ++h;
+      });
+    }
+    for (int pi = 0; pi < receivers && dst_size > 1; ++pi) {
+      bool colocated = false;
+      pd_.for_each_member(pi, [&](int r) { colocated = colocated || ps_.party_of_rank(r) >= 0; });
+      if (!colocated) {
+        const std::vector<std::int64_t> caps = water_fill(std::vector<std::int64_t>(dst_size, 0), pd_.kept_rows(pi));
+        relay_most = std::max(relay_most, *std::max_element(caps.begin(), caps.end()) * (dst_size - 1));
+        continue;
+      }
+      const Party& P = pd_.party(pi);
+      const PartyPlan& plan = party_plan(pi);
+      for (std::size_t j = 0; j < P.ranks.size(); ++j) sent[P.ranks[j]] += plan.relay_rows[j];
+    }
+    for (const auto& [r, rows] : sent) relay_most = std::max(relay_most, rows);
+    return relay_most < direct_most;
+  }
+  static std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
+
   LazyPlacement ps_, pd_;
   TransferBudget budget_;
   int rank_;
   std::int64_t row_bytes_;
   RankPlan out_;
   std::vector<Demand> stream_;
+  std::unordered_map<int, PartyPlan> party_plans_;
+  std::unordered_map<int, std::pair<std::int64_t, std::int64_t>> holder_rows_;  // (scatter_allgather, direct)
 };
 
-inline bool same_assignment(const SampleAssignment& a, const SampleAssignment& b) {
-  return a.rule == b.rule && a.replica == b.replica;
-}
-
-inline bool same_batch(const BoundaryBatch& a, const BoundaryBatch& b) {
-  const LlmSequence &x = a.llm_sequence, &y = b.llm_sequence;
-  if (a.tokens != b.tokens || a.hidden != b.hidden || a.element_size != b.element_size ||
-      !same_assignment(a.encoder_assignment, b.encoder_assignment) ||
-      !same_assignment(a.llm_assignment, b.llm_assignment) || x.format != y.format || x.length != y.length ||
-      x.pad_multiple != y.pad_multiple || x.padded_length != y.padded_length || x.images.size() != y.images.size()) {
+// Everything a plan depends on in a micro-batch, flattened: f(value) for single values, f(data, n)
+// for runs of n values, each list preceded by its length, so two sequences are equal exactly when
+// the batches are. f returns false to stop early. A cache key without copying the batch's
+// per-sample vectors, which would cost an allocation each; runs keep the comparison a memcmp.
+template <class F>
+bool visit_batch_key(const BoundaryBatch& b, Direction direction, F&& f) {
+  static_assert(sizeof(ImageSpan) == 2 * sizeof(std::int64_t), "ImageSpan is visited as two values");
+  auto run = [&](const std::int64_t* data, std::size_t n) {
+    return f(static_cast<std::int64_t>(n)) && f(data, n);
+  };
+  auto ints = [&](const std::vector<int>& v) {
+    if (!f(static_cast<std::int64_t>(v.size()))) return false;
+    for (int x : v) {
+      if (!f(static_cast<std::int64_t>(x))) return false;
+    }
+    return true;
+  };
+  const LlmSequence& x = b.llm_sequence;
+  for (std::int64_t v : {static_cast<std::int64_t>(direction), b.hidden, b.element_size,
+                         static_cast<std::int64_t>(b.encoder_assignment.rule),
+                         static_cast<std::int64_t>(b.llm_assignment.rule), static_cast<std::int64_t>(x.format),
+                         x.pad_multiple, x.padded_length}) {
+    if (!f(v)) return false;
+  }
+  if (!run(b.tokens.data(), b.tokens.size()) || !ints(b.encoder_assignment.replica) ||
+      !ints(b.llm_assignment.replica) || !run(x.length.data(), x.length.size()) ||
+      !f(static_cast<std::int64_t>(x.images.size()))) {
     return false;
   }
-  for (std::size_t s = 0; s < x.images.size(); ++s) {
-    if (x.images[s].size() != y.images[s].size()) return false;
-    for (std::size_t i = 0; i < x.images[s].size(); ++i) {
-      if (x.images[s][i].offset != y.images[s][i].offset || x.images[s][i].tokens != y.images[s][i].tokens) return false;
-    }
+  for (const auto& images : x.images) {
+    if (!run(reinterpret_cast<const std::int64_t*>(images.data()), 2 * images.size())) return false;
   }
   return true;
+}
+
+inline std::vector<std::int64_t> batch_key(const BoundaryBatch& b, Direction direction) {
+  struct Count {
+    std::size_t n = 0;
+    bool operator()(std::int64_t) { return ++n != 0; }
+    bool operator()(const std::int64_t*, std::size_t k) {
+      n += k;
+      return true;
+    }
+  } count;
+  visit_batch_key(b, direction, count);
+  struct Append {
+    std::vector<std::int64_t>& key;
+    bool operator()(std::int64_t v) {
+      key.push_back(v);
+      return true;
+    }
+    bool operator()(const std::int64_t* data, std::size_t k) {
+      key.insert(key.end(), data, data + k);
+      return true;
+    }
+  };
+  std::vector<std::int64_t> key;
+  key.reserve(count.n);
+  visit_batch_key(b, direction, Append{key});
+  return key;
+}
+
+inline bool same_key(const std::vector<std::int64_t>& key, const BoundaryBatch& b, Direction direction) {
+  struct Compare {
+    const std::vector<std::int64_t>& key;
+    std::size_t i = 0;
+    bool operator()(std::int64_t v) { return i < key.size() && key[i++] == v; }
+    bool operator()(const std::int64_t* data, std::size_t k) {
+      if (k > key.size() - i) return false;
+      const bool same = k == 0 || std::memcmp(key.data() + i, data, k * sizeof(std::int64_t)) == 0;
+      i += k;
+      return same;
+    }
+  } compare{key};
+  return visit_batch_key(b, direction, compare) && compare.i == key.size();
 }
 
 }  // namespace detail
 
 inline RankPlan plan_rank(const Layout& layout, int encoder, const BoundaryBatch& batch, Direction direction,
                           int rank, const PlanOptions& options) {
-  if (options.strategy != Strategy::direct) {
-    throw LayoutError(std::string("per-rank planning plans the direct strategy only (asked for ") +
-                      strategy_name(options.strategy) + ")");
-  }
   if (rank < 0 || rank >= layout.world_size()) {
     throw LayoutError("rank " + std::to_string(rank) + " is outside the world of " +
                       std::to_string(layout.world_size()) + " ranks");
@@ -213,7 +600,7 @@ inline RankPlan plan_rank(const Layout& layout, int encoder, const BoundaryBatch
   validate_batch(batch);
   layout.encoder(encoder);  // throws for a bad index
   check_boundary_fits(direction == Direction::forward ? layout.llm() : layout.encoder(encoder), batch);
-  return detail::RankPlanBuilder(layout, encoder, batch, direction, rank, options.max_transfers).run();
+  return detail::RankPlanBuilder(layout, encoder, batch, direction, rank, options.max_transfers).run(options.strategy);
 }
 
 inline RankSchedule make_schedule(const RankPlan& plan) {
@@ -227,17 +614,15 @@ inline RankSchedule make_schedule(const RankPlan& plan) {
 
 inline const RankPlan& RankPlanner::plan(const BoundaryBatch& batch, Direction direction) {
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->direction == direction && detail::same_batch(it->batch, batch)) {
+    if (detail::same_key(it->key, batch, direction)) {
       ++hits_;
       entries_.splice(entries_.begin(), entries_, it);
       return entries_.front().plan;
     }
   }
   ++misses_;
-  PlanOptions options = options_;
-  options.strategy = Strategy::direct;
-  RankPlan plan = plan_rank(layout_, encoder_, batch, direction, rank_, options);
-  entries_.push_front(Entry{batch, direction, std::move(plan)});
+  RankPlan plan = plan_rank(layout_, encoder_, batch, direction, rank_, options_);
+  entries_.push_front(Entry{detail::batch_key(batch, direction), std::move(plan)});
   if (entries_.size() > capacity_) entries_.pop_back();
   return entries_.front().plan;
 }
