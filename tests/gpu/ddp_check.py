@@ -6,6 +6,9 @@ give bit-identical losses at every step and bit-identical final parameters on ev
 is lossless and NCCL's reduction order does not depend on the bytes on the wire).
 
     python3 tests/gpu/ddp_check.py --plugin build/plugin/libnccl-net-zipccl.so [--np 2] [--steps 30]
+    python3 tests/gpu/ddp_check.py --enable [PACKAGE_DIR] ...   (each rank calls zipccl.enable(mode)
+        before init_process_group instead of the parent setting NCCL_NET_PLUGIN: the Python
+        package's way; PACKAGE_DIR holds an unpacked wheel when zipccl is not installed)
 
 The ranks share the GPUs round-robin (all on GPU 0 on a one-GPU machine); each gets its own
 NCCL_HOSTID so NCCL treats them as separate nodes and sends through the network plugin, and
@@ -27,6 +30,12 @@ def worker(args):
     import torch.distributed as dist
     import torch.nn as nn
 
+    if args.enable is not None:
+        if args.enable:
+            sys.path.insert(0, args.enable)
+        import zipccl
+
+        zipccl.enable(args.mode, stats_file=os.path.join(args.out, "stats.jsonl"))
     dev = torch.device("cuda", args.rank % torch.cuda.device_count())
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", rank=args.rank, world_size=args.np,
@@ -68,13 +77,18 @@ def run(args, mode):
     procs = []
     for r in range(args.np):
         env = dict(os.environ)
-        env.update({
-            "NCCL_NET": "zipccl", "NCCL_NET_PLUGIN": args.plugin, "NCCL_HOSTID": f"zipccl-ddp-{r}",
-            "ZIPCCL_COMPRESS": mode, "ZIPCCL_STATS_FILE": os.path.join(out, "stats.jsonl"),
-        })
+        env.update({"NCCL_NET": "zipccl", "NCCL_HOSTID": f"zipccl-ddp-{r}"})
+        if args.enable is None:
+            env.update({"NCCL_NET_PLUGIN": args.plugin, "ZIPCCL_COMPRESS": mode,
+                        "ZIPCCL_STATS_FILE": os.path.join(out, "stats.jsonl")})
+        else:
+            for k in ("NCCL_NET_PLUGIN", "ZIPCCL_COMPRESS", "ZIPCCL_STATS_FILE"):
+                env.pop(k, None)
         env.setdefault("NCCL_DEBUG", "WARN")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--rank", str(r), "--np", str(args.np),
-               "--port", str(port), "--steps", str(args.steps), "--out", out]
+               "--port", str(port), "--steps", str(args.steps), "--out", out, "--mode", mode]
+        if args.enable is not None:
+            cmd += ["--enable", args.enable]
         procs.append(subprocess.Popen(cmd, env=env))
     ok = True
     for p in procs:
@@ -114,6 +128,9 @@ def main():
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--out", default="")
+    ap.add_argument("--mode", default="never")
+    ap.add_argument("--enable", nargs="?", const="", default=None,
+                    help="each rank calls zipccl.enable(mode) (the package from PACKAGE_DIR, if given)")
     args = ap.parse_args()
     if args.worker:
         worker(args)
@@ -126,7 +143,8 @@ def main():
     if not torch.cuda.is_available():
         print("ddp_check: no CUDA device; nothing was checked")
         return 3
-    print(f"ddp_check: {args.np} ranks, {args.steps} steps, plugin {args.plugin}, torch {torch.__version__}, "
+    how = "zipccl.enable()" if args.enable is not None else f"plugin {args.plugin}"
+    print(f"ddp_check: {args.np} ranks, {args.steps} steps, {how}, torch {torch.__version__}, "
           f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}")
     base, base_stats = run(args, "never")
     comp, comp_stats = run(args, "always")

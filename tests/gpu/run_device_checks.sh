@@ -143,6 +143,14 @@ step nccl-check-1conn 60 "${gdr[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 "$z" nccl-che
   --types bf16 --colls allreduce --timeout 50 --plugin "$plugin" --nccl "$nccl_lib"
 # 7. An unmodified PyTorch DDP job with device buffers: bit-identical to the uncompressed run.
 step ddp-gdr 150 "${gdr[@]}" python3 "$bin/ddp_check.py" --plugin "$plugin" --np 2 --steps 30 --timeout 140
+# 7b. The same job through the Python package's zipccl.enable() (issue 23), when a wheel was staged
+# (stage_device_build.sh unpacks build-python/wheelhouse/*.whl: tests/python/run.sh builds it). The
+# wheel is for the Python it was built with; on another Python the import fails and the step says so.
+if [ -d "$carry/python/zipccl" ]; then
+  step ddp-enable 150 python3 "$bin/ddp_check.py" --enable "$carry/python" --np 2 --steps 30 --timeout 140
+else
+  printf '| ddp-enable | skipped (no wheel staged) | 0 | 0 |\n' >>"$summary"
+fi
 # 8. If device buffers hung above: the same 2-rank run under MPS tells the plugin apart from two
 # time-sliced contexts on one GPU (issue 26, item 4).
 if grep -q "TIMED OUT" "$summary" && command -v nvidia-cuda-mps-control >/dev/null; then

@@ -25,6 +25,13 @@ for t in "${targets[@]}"; do
   cp "$f" "$carry/bin/"
 done
 cp "$root/tests/gpu/ddp_check.py" "$carry/bin/"
+# The Python package, for the zipccl.enable() DDP step, when tests/python/run.sh has built its wheel.
+wheel=$(ls "$root"/build-python/wheelhouse/zipccl-*.whl 2>/dev/null | head -n 1 || true)
+if [ -n "$wheel" ]; then
+  python3 -m zipfile -e "$wheel" "$carry/python"
+else
+  echo "stage: no wheel in build-python/wheelhouse (tests/python/run.sh): the ddp-enable step will be skipped"
+fi
 data="$root/../shared/data/gpt19m_weights_step30_layer0.bf16"
 if [ -f "$data" ]; then cp "$data" "$carry/data/"; else echo "stage: no $data: the real-tensor step will be skipped"; fi
 du -sh "$carry"

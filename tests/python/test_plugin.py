@@ -67,6 +67,8 @@ def test_enable_sets_the_environment(clean_env):
         zipccl.enable("sometimes")
     with pytest.raises(TypeError, match="min_byte"):
         zipccl.enable(min_byte=1)
+    # The names come from the plugin's own registry: a setting added there is accepted here.
+    assert zipccl.enable("auto", net_inner="ofi")["ZIPCCL_NET_INNER"] == "ofi"
 
 
 def test_a_fresh_process_loading_the_plugin_as_nccl_does_finds_zipccl(clean_env):

@@ -17,6 +17,7 @@
 
 #include "frame_stream.h"
 #include "inspect.h"
+#include "common/settings.h"
 #include "common/version.h"
 #include "zipccl/codec.h"
 #include "zipccl/hetero/batch.h"
@@ -427,6 +428,12 @@ NB_MODULE(_zipccl, m) {
   m.def("simd_path", [] { return std::string(codec::simd_path()); });
   m.def("cpu_features", &codec::cpu_features);
   m.def("version", [] { return std::string(zipccl::version_string()); });
+  // The plugin's settings registry, so that enable() knows exactly the names the plugin reads.
+  m.def("setting_names", [] {
+    std::vector<std::string> names;
+    for (const net::SettingInfo& s : net::describe_settings()) names.push_back(s.name);
+    return names;
+  });
   m.def("validate_layout", &validate_layout, nb::arg("world_size"), nb::arg("llm"), nb::arg("encoders"));
   m.def("group_families", &group_families, nb::arg("world_size"), nb::arg("llm"), nb::arg("encoders"));
   nb::class_<BatchArgs>(m, "Batch")

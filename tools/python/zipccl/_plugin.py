@@ -5,16 +5,12 @@ import sys
 import warnings
 from typing import Any, Dict, List, Optional
 
+from . import _zipccl
 from ._paths import plugin_path
 
-# The plugin's settings (plugin/src/settings.cpp); enable() refuses others, so a typo is an error
-# instead of a setting silently ignored.
-_SETTINGS = (
-    "COMPRESS", "MIN_BYTES", "DTYPE", "SOCKET_NTHREADS", "NSOCKS_PERTHREAD", "MIN_CHUNK_BYTES",
-    "INLINE_BYTES", "WORKERS", "CODEC_ISA", "SEGMENT_BYTES", "MAX_REQUESTS", "STATS_FILE", "LINK_GBPS",
-    "PROBE_INTERVAL", "CONNECT_TIMEOUT_MS", "IO_TIMEOUT_MS", "TRANSPORT", "IB_QPS", "GPU", "GPU_MAX_SMS",
-    "GPU_LANDING",
-)
+# The names the plugin reads (plugin/src/common/settings.cpp's registry, through the native module),
+# without ZIPCCL_: enable() refuses others, so a typo is an error instead of a setting silently ignored.
+_SETTINGS = tuple(n[len("ZIPCCL_"):] for n in _zipccl.setting_names() if n.startswith("ZIPCCL_"))
 _POLICIES = ("auto", "always", "never")
 PLUGIN_NAME = "zipccl"
 
