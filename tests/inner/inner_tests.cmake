@@ -91,3 +91,23 @@ gtest_discover_tests(test_inner_errors TEST_PREFIX "inner.ofi.initfails." DISCOV
   --setenv=ZIPCCL_TEST_INNER_REQUIRED=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so --setenv=FI_PROVIDER=no-such-provider
   "--setenv=ZIPCCL_TEST_EXPECT_WARN=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so (Libfabric"
   --setenv=ZIPCCL_TEST_EXPECT_RESULT=any)
+
+# 4. Item 2's optional entries (getDeviceMr, irecvConsumed, makeVDevice, setNetAttr) and grouped
+#    receives, over a stand-in inner plugin that has them and one that lacks them (fake_inner.c).
+foreach(_extras 0 1)
+  add_library(fake_inner_${_extras} SHARED ${PROJECT_SOURCE_DIR}/tests/inner/fake_inner.c)
+  set_target_properties(fake_inner_${_extras} PROPERTIES OUTPUT_NAME nccl-net-fake-inner-${_extras}
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/inner C_VISIBILITY_PRESET hidden)
+  target_include_directories(fake_inner_${_extras} PRIVATE ${PROJECT_SOURCE_DIR}/plugin)
+  target_compile_definitions(fake_inner_${_extras} PRIVATE FAKE_INNER_EXTRAS=${_extras})
+endforeach()
+add_executable(test_inner_optional ${PROJECT_SOURCE_DIR}/tests/inner/test_inner_optional.cpp env_main.cpp)
+target_include_directories(test_inner_optional PRIVATE ${PROJECT_SOURCE_DIR}/plugin ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(test_inner_optional PRIVATE ${ZIPCCL_PLUGIN_DEFS})
+target_link_libraries(test_inner_optional PRIVATE GTest::gtest Threads::Threads zipccl_net_client ${CMAKE_DL_LIBS})
+target_compile_options(test_inner_optional PRIVATE -Wall -Wextra)
+add_dependencies(test_inner_optional nccl-net-zipccl fake_inner_0 fake_inner_1)
+gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.with." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1)
+gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.without." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-0.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=0)

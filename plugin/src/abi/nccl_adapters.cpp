@@ -1,6 +1,7 @@
 // Thin adapters: one exported ncclNet_vN table per supported NCCL ABI (v7: NCCL 2.17 .. v12: 2.30+),
 // all forwarding to net.h. Every entry point catches everything: nothing unwinds into NCCL.
 #include <climits>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <type_traits>
@@ -173,11 +174,15 @@ ncclResult_t a_init_v12(void** ctx, uint64_t comm_id, ncclNetCommConfig_v12_t*, 
 ncclResult_t a_finalize_v11(void* ctx) {
   return guard("finalize", [&] { return net_finalize_ctx(ctx); });
 }
-ncclResult_t a_set_net_attr_v11(void*, ncclNetAttr_v11_t*) {
-  return ncclSuccess;
-}  // hints only
-ncclResult_t a_set_net_attr_v12(void*, ncclNetAttr_v12_t*) {
-  return ncclSuccess;
+ncclResult_t a_set_net_attr_v12(void* ctx, ncclNetAttr_v12_t* attr) {
+  return guard("setNetAttr", [&] { return net_set_net_attr(ctx, attr); });
+}
+ncclResult_t a_set_net_attr_v11(void* ctx, ncclNetAttr_v11_t* attr) {
+  static_assert(sizeof(ncclNetAttr_v11_t) == sizeof(ncclNetAttr_v12_t), "ncclNetAttr layouts agree from v11");
+  if (!attr) return ncclInternalError;
+  ncclNetAttr_v12_t a;
+  std::memcpy(&a, attr, sizeof a);
+  return a_set_net_attr_v12(ctx, &a);
 }
 
 ncclResult_t a_props_v7(int dev, ncclNetProperties_v7_t* p) {

@@ -141,6 +141,12 @@ ncclResult_t net_finalize_ctx(void* ctx) {
   return ncclSuccess;
 }
 
+ncclResult_t net_set_net_attr(void* ctx, ncclNetAttr_v12_t* attr) {
+  if (!ctx || !attr) return ncclInternalError;
+  bool forwarded = false;
+  return inner_set_net_attr(attr, &forwarded);
+}
+
 ncclResult_t net_devices(int* ndev) {
   ZIPCCL_CHECK(ready());
   *ndev = static_cast<int>(g_devices.size());

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "nccl/net_common.h"
+#include "nccl/net_v12.h"
 
 namespace zipccl {
 namespace net {
@@ -30,6 +31,9 @@ ncclResult_t net_init(ncclDebugLogger_t logger);
 // v11: init is per communicator; the returned context goes back to finalize.
 ncclResult_t net_init_ctx(void** ctx, uint64_t comm_id, ncclDebugLogger_t logger);
 ncclResult_t net_finalize_ctx(void* ctx);
+// v11+: over an inner plugin forwarded to it when its table has setNetAttr; else accepted and unused
+// (hints only).
+ncclResult_t net_set_net_attr(void* ctx, ncclNetAttr_v12_t* attr);
 ncclResult_t net_devices(int* ndev);
 ncclResult_t net_properties(int dev, Properties* props);
 ncclResult_t net_listen(int dev, void* handle, void** listen_comm);

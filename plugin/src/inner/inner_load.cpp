@@ -54,6 +54,7 @@ class ClientInner final : public InnerNet {
     p->max_comms = q.maxComms;
     p->max_recvs = q.maxRecvs;
     p->max_p2p_bytes = q.maxP2pBytes;
+    p->net_device_type = q.netDeviceType;
     return r;
   }
   ncclResult_t listen(int dev, void* handle, void** l) override { return net_->listen(ctx_, dev, handle, l); }
@@ -95,6 +96,20 @@ class ClientInner final : public InnerNet {
   ncclResult_t close_send(void* c) override { return net_->close_send(c); }
   ncclResult_t close_recv(void* c) override { return net_->close_recv(c); }
   ncclResult_t close_listen(void* c) override { return net_->close_listen(c); }
+  bool has(InnerEntry e) const override {
+    switch (e) {
+      case InnerEntry::kGetDeviceMr:
+        return net_->has(net_client::Entry::kGetDeviceMr);
+      case InnerEntry::kIrecvConsumed:
+        return net_->has(net_client::Entry::kIrecvConsumed);
+      case InnerEntry::kMakeVDevice:
+        return net_->has(net_client::Entry::kMakeVDevice);
+      case InnerEntry::kSetNetAttr:
+        return net_->has(net_client::Entry::kSetNetAttr);
+    }
+    return false;
+  }
+  ncclResult_t set_net_attr(ncclNetAttr_v12_t* attr) override { return net_->set_net_attr(ctx_, attr); }
 
  private:
   std::unique_ptr<net_client::Net> net_;

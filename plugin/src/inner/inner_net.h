@@ -9,6 +9,7 @@
 #include <string>
 
 #include "nccl/net_common.h"
+#include "nccl/net_v12.h"
 
 namespace zipccl {
 namespace net {
@@ -26,7 +27,12 @@ struct InnerProps {
   int max_comms = 0;
   int max_recvs = 1;
   size_t max_p2p_bytes = 0;  // 0: the plugin's ABI has no such field
+  int net_device_type = 0;   // NCCL_NET_DEVICE_HOST, or a device-side (offload) protocol
 };
+
+// Entries of the inner's table that zipccl's own tables do not simply pass through
+// (docs/notes/inner.md, "Optional entries").
+enum class InnerEntry { kGetDeviceMr, kIrecvConsumed, kMakeVDevice, kSetNetAttr };
 
 class InnerNet {
  public:
@@ -57,6 +63,9 @@ class InnerNet {
   virtual ncclResult_t close_send(void* c) = 0;
   virtual ncclResult_t close_recv(void* c) = 0;
   virtual ncclResult_t close_listen(void* c) = 0;
+  virtual bool has(InnerEntry e) const = 0;
+  // On the one context zipccl initialised the inner with; ncclInternalError when the table lacks it.
+  virtual ncclResult_t set_net_attr(ncclNetAttr_v12_t* attr) = 0;
 };
 
 // Opens the plugin `name` as NCCL resolves NCCL_NET_PLUGIN ("ofi" -> libnccl-net-ofi.so; a path as

@@ -656,7 +656,36 @@ class InnerTransport final : public Transport {
 
 InnerTransport* g_transport = nullptr;
 
+// What zipccl's tables do not pass through from the inner (docs/notes/inner.md, "Optional entries"),
+// said once per open so that a job's log explains why NCCL does not use them.
+void refuse_device_side(const InnerNet& net, const std::vector<InnerProps>& props) {
+  bool offload = net.has(InnerEntry::kGetDeviceMr) || net.has(InnerEntry::kIrecvConsumed);
+  for (const InnerProps& p : props) offload = offload || p.net_device_type != NCCL_NET_DEVICE_HOST;
+  if (offload) {
+    ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
+                "inner plugin %s offers device-side networking (netDeviceType/getDeviceMr/irecvConsumed); not "
+                "used through zipccl: compression needs the bytes on the proxy path, so zipccl's devices are "
+                "NCCL_NET_DEVICE_HOST and its tables have no getDeviceMr/irecvConsumed",
+                net.name());
+  }
+  if (net.has(InnerEntry::kMakeVDevice)) {
+    ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
+                "inner plugin %s can merge devices (makeVDevice); not offered through zipccl: NCCL uses its "
+                "devices one by one, as with a plugin without makeVDevice",
+                net.name());
+  }
+}
+
 }  // namespace
+
+ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr, bool* forwarded) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *forwarded = false;
+  if (!g_inner || !g_inner->net->has(InnerEntry::kSetNetAttr)) return ncclSuccess;
+  *forwarded = true;
+  INNER_CHECK(g_inner->net->set_net_attr(attr), "setNetAttr");
+  return ncclSuccess;
+}
 
 ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t logger, Transport** out,
                                   bool* self) {
@@ -706,6 +735,7 @@ ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t log
                 i, p.name.c_str(), p.speed, p.latency, p.ptr_support, p.max_recvs, p.reg_is_global, p.force_flush,
                 p.max_comms, p.max_p2p_bytes, p.pci_path.empty() ? "-" : p.pci_path.c_str());
   }
+  refuse_device_side(*net, props);
   g_inner = new Inner{std::move(net), std::move(props)};
   g_transport = new InnerTransport(g_inner);
   *out = g_transport;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "nccl/net_common.h"
+#include "nccl/net_v12.h"
 #include "transport.h"
 
 namespace zipccl {
@@ -20,6 +21,11 @@ ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t log
 // Calls the inner plugin's finalize (once) and forgets the transport; a later open starts afresh.
 // Only after every connection of it has closed.
 void finalize_inner_transport();
+
+// NCCL's setNetAttr (v11+) over the inner plugin: forwarded to the inner's one context when an inner
+// plugin is open and its table has setNetAttr (its result returned as it is); otherwise nothing is
+// called and *forwarded is false (the attributes are hints, as NCCL treats a table without the entry).
+ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr, bool* forwarded);
 
 // What `zipccl doctor` shows: the inner plugin's library, name and ABI version; false when none is
 // open.
