@@ -306,6 +306,23 @@ Pipeline::Stage write_stage(OutputFile* out, uint64_t* in_bytes, uint64_t* out_b
   };
 }
 
+// Runs the read/code/write pipeline of either command to its end: the exit status, the output
+// finished (or removed on failure) and, with -v, the report.
+int run_stages(const char* cmd, bool compress, const Options& o, InputFile* in, OutputFile* out,
+               const Pipeline::Stage& read, const Pipeline::Stage& code) {
+  uint64_t total_in = 0, total_out = 0, frames = 0;
+  Pipeline pipeline;
+  in->stop_when_readable(pipeline.failure_fd());
+  std::string why;
+  if (!pipeline.run(read, code, write_stage(out, &total_in, &total_out, &frames), &why)) {
+    std::fprintf(stderr, "zipccl %s: %s\n", cmd, why.c_str());
+    return kExitFailure;
+  }
+  if (int rc = finish(cmd, o, out); rc != kExitOk) return rc;
+  report(o, total_in, total_out, frames, compress);
+  return kExitOk;
+}
+
 }  // namespace
 
 int cmd_compress(int argc, char** argv) {
@@ -357,17 +374,7 @@ int cmd_compress(int argc, char** argv) {
              " failed: " + err;
     return ok;
   };
-  uint64_t total_in = 0, total_out = 0, frames = 0;
-  Pipeline pipeline;
-  in.stop_when_readable(pipeline.failure_fd());
-  std::string why;
-  if (!pipeline.run(read, code, write_stage(&out, &total_in, &total_out, &frames), &why)) {
-    std::fprintf(stderr, "zipccl compress: %s\n", why.c_str());
-    return kExitFailure;
-  }
-  if (int rc = finish("compress", o, &out); rc != kExitOk) return rc;
-  report(o, total_in, total_out, frames, true);
-  return kExitOk;
+  return run_stages("compress", true, o, &in, &out, read, code);
 }
 
 int cmd_decompress(int argc, char** argv) {
@@ -418,17 +425,7 @@ int cmd_decompress(int argc, char** argv) {
              ": " + err;
     return ok;
   };
-  uint64_t total_in = 0, total_out = 0, frames = 0;
-  Pipeline pipeline;
-  in.stop_when_readable(pipeline.failure_fd());
-  std::string why;
-  if (!pipeline.run(read, code, write_stage(&out, &total_in, &total_out, &frames), &why)) {
-    std::fprintf(stderr, "zipccl decompress: %s\n", why.c_str());
-    return kExitFailure;
-  }
-  if (int rc = finish("decompress", o, &out); rc != kExitOk) return rc;
-  report(o, total_in, total_out, frames, false);
-  return kExitOk;
+  return run_stages("decompress", false, o, &in, &out, read, code);
 }
 
 }  // namespace tools
