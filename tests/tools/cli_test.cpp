@@ -31,17 +31,8 @@ using Bytes = std::vector<uint8_t>;
 
 class Cli : public zipccl_test::TempDirTest {
  protected:
-  bool exists(const std::string& name) const {
-    struct stat st;
-    return ::stat(path(name).c_str(), &st) == 0;
-  }
-
   // Runs `zipccl ARGS` in the temp dir (shell syntax allowed); returns the exit status, keeps stderr.
-  int zipccl(const std::string& args) {
-    const int st = run_here("'" ZIPCCL_BIN "' " + args + " 2> stderr.txt");
-    stderr_ = read_text("stderr.txt");
-    return st;
-  }
+  int zipccl(const std::string& args) { return run_keeping_stderr("'" ZIPCCL_BIN "' " + args); }
 
   void round_trip(const Bytes& data, const std::string& type_flag) {
     write("in.bin", data);
@@ -51,8 +42,6 @@ class Cli : public zipccl_test::TempDirTest {
     ASSERT_EQ(back.size(), data.size()) << type_flag;
     EXPECT_TRUE(back == data) << "size " << data.size() << " " << type_flag;
   }
-
-  std::string stderr_;
 };
 
 Bytes gaussian_bf16(size_t bytes, unsigned seed) {
@@ -149,9 +138,7 @@ TEST_F(Cli, UsageErrorsExitTwo) {
 // that is no set is a usage error naming the variable. Frames are the same bytes whichever set.
 TEST_F(Cli, CodecIsaVariableChoosesTheKernelSet) {
   auto with_isa = [this](const std::string& isa, const std::string& args) {
-    const int st = run_here("env ZIPCCL_CODEC_ISA=" + isa + " '" ZIPCCL_BIN "' " + args + " 2> stderr.txt");
-    stderr_ = read_text("stderr.txt");
-    return st;
+    return run_keeping_stderr("env ZIPCCL_CODEC_ISA=" + isa + " '" ZIPCCL_BIN "' " + args);
   };
   write("g.bin", gaussian_bf16(300000, 5));
   ASSERT_EQ(zipccl("compress -v g.bin auto.zc"), 0) << stderr_;

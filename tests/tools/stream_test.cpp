@@ -56,17 +56,8 @@ std::vector<uint64_t> frame_sizes(const Bytes& z) {
 
 class Stream : public zipccl_test::TempDirTest {
  protected:
-  bool exists(const std::string& name) const {
-    struct stat st;
-    return ::stat(path(name).c_str(), &st) == 0;
-  }
   // Runs `zipccl ARGS` in the temp dir (shell syntax allowed); returns the exit status, keeps stderr.
-  int zipccl(const std::string& args) {
-    const int st = run_here("'" ZIPCCL_BIN "' " + args + " 2> stderr.txt");
-    stderr_ = read_text("stderr.txt");
-    return st;
-  }
-  std::string stderr_;
+  int zipccl(const std::string& args) { return run_keeping_stderr("'" ZIPCCL_BIN "' " + args); }
 };
 
 // Sizes around the frame (1 MiB here) and the element (2 and 4 bytes): the last frame is short, a

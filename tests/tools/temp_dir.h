@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +31,10 @@ class TempDirTest : public ::testing::Test {
   }
 
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  bool exists(const std::string& name) const {
+    struct stat st;
+    return ::stat(path(name).c_str(), &st) == 0;
+  }
 
   // Writes `b` to `name` in the directory; returns its path.
   std::string write(const std::string& name, const std::vector<uint8_t>& b) const {
@@ -57,8 +62,15 @@ class TempDirTest : public ::testing::Test {
     const int st = std::system(("cd '" + dir_ + "' && " + cmd).c_str());
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   }
+  // run_here, with the command's stderr kept in stderr_ (for the tests of the tool's messages).
+  int run_keeping_stderr(const std::string& cmd) {
+    const int st = run_here(cmd + " 2> stderr.txt");
+    stderr_ = read_text("stderr.txt");
+    return st;
+  }
 
   std::string dir_;
+  std::string stderr_;
 };
 
 }  // namespace zipccl_test
