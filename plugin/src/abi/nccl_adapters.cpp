@@ -163,14 +163,13 @@ ncclResult_t a_init(ncclDebugLogger_t logger) {
 ncclResult_t a_init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
   return a_init(logger);
 }
-ncclResult_t a_init_v11(void** ctx, uint64_t comm_id, ncclNetCommConfig_v11_t*, ncclDebugLogger_t logger,
-                        ncclProfilerCallback_t) {
+// v11 and v12: a context per communicator (their configs differ only in type).
+template <typename Config>
+ncclResult_t a_init_ctx(void** ctx, uint64_t comm_id, Config*, ncclDebugLogger_t logger, ncclProfilerCallback_t) {
   return guard("init", [&] { return net_init_ctx(ctx, comm_id, logger); });
 }
-ncclResult_t a_init_v12(void** ctx, uint64_t comm_id, ncclNetCommConfig_v12_t*, ncclDebugLogger_t logger,
-                        ncclProfilerCallback_t) {
-  return guard("init", [&] { return net_init_ctx(ctx, comm_id, logger); });
-}
+constexpr auto* a_init_v11 = &a_init_ctx<ncclNetCommConfig_v11_t>;
+constexpr auto* a_init_v12 = &a_init_ctx<ncclNetCommConfig_v12_t>;
 ncclResult_t a_finalize_v11(void* ctx) {
   return guard("finalize", [&] { return net_finalize_ctx(ctx); });
 }
@@ -202,38 +201,27 @@ ncclResult_t a_props_v8(int dev, ncclNetProperties_v8_t* p) {
     return ncclSuccess;
   });
 }
-ncclResult_t a_props_v9(int dev, ncclNetProperties_v9_t* p) {
-  return guard("getProperties", [&] {
-    Properties q;
-    ZIPCCL_CHECK(net_properties(dev, &q));
-    fill_v9(dev, q, p);
-    return ncclSuccess;
-  });
-}
-ncclResult_t a_props_v10(int dev, ncclNetProperties_v10_t* p) {
-  return guard("getProperties", [&] {
-    Properties q;
-    ZIPCCL_CHECK(net_properties(dev, &q));
-    fill_v9(dev, q, p);
-    return ncclSuccess;
-  });
-}
-// v11 adds maxMultiRequestSize, v12 the rail and plane: undefined, zipccl's devices are not mapped
-// onto a rail topology.
+// v9 and later: v9's fields (fill_v9); v11 adds maxMultiRequestSize, v12 the rail and plane:
+// undefined, zipccl's devices are not mapped onto a rail topology.
 template <typename P>
-ncclResult_t a_props_v11_up(int dev, P* p) {
+ncclResult_t a_props_v9_up(int dev, P* p) {
+  constexpr bool v12 = std::is_same_v<P, ncclNetProperties_v12_t>;
   return guard("getProperties", [&] {
     Properties q;
     ZIPCCL_CHECK(net_properties(dev, &q));
     fill_v9(dev, q, p);
-    p->maxMultiRequestSize = 1;
-    if constexpr (std::is_same_v<P, ncclNetProperties_v12_t>) {
+    if constexpr (v12 || std::is_same_v<P, ncclNetProperties_v11_t>) p->maxMultiRequestSize = 1;
+    if constexpr (v12) {
       p->railId = NCCL_NET_ID_UNDEF;
       p->planeId = NCCL_NET_ID_UNDEF;
     }
     return ncclSuccess;
   });
 }
+constexpr auto* a_props_v9 = &a_props_v9_up<ncclNetProperties_v9_t>;
+constexpr auto* a_props_v10 = &a_props_v9_up<ncclNetProperties_v10_t>;
+constexpr auto* a_props_v11 = &a_props_v9_up<ncclNetProperties_v11_t>;
+constexpr auto* a_props_v12 = &a_props_v9_up<ncclNetProperties_v12_t>;
 ncclResult_t a_connect_v10(int dev, ncclNetCommConfig_v10_t*, void* handle, void** sc,
                            ncclNetDeviceHandle_v10_t** dc) {
   return a_connect(dev, handle, sc, dc);
@@ -274,7 +262,7 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlu
     a_close_send, a_close_recv,    a_close_listen, nullptr,     nullptr,   nullptr};
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
-    kPluginName,     a_init_v11,        a_devices,    a_props_v11_up<ncclNetProperties_v11_t>,
+    kPluginName,     a_init_v11,        a_devices,    a_props_v11,
     a_listen_v11,    a_connect_v11,     a_accept,     a_reg_mr,
     a_reg_mr_dmabuf, a_dereg_mr,        a_isend_p,    a_irecv_p,
     a_iflush,        test_int,          a_close_send, a_close_recv,
@@ -282,7 +270,7 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlu
     a_finalize_v11,  a_set_net_attr_v11};
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
-    kPluginName,     a_init_v12,        a_devices,    a_props_v11_up<ncclNetProperties_v12_t>,
+    kPluginName,     a_init_v12,        a_devices,    a_props_v12,
     a_listen_v11,    a_connect_v11,     a_accept,     a_reg_mr,
     a_reg_mr_dmabuf, a_dereg_mr,        a_isend_p,    a_irecv_p,
     a_iflush,        test_int,          a_close_send, a_close_recv,
