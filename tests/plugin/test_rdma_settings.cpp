@@ -53,7 +53,9 @@ TEST(RdmaSettings, NcclIbQueuePairSettings) {
     const char* e = std::getenv(s.name);
     EXPECT_EQ(e != nullptr, std::string(run) != "default") << s.name;
     int v;
-    if (e) EXPECT_EQ(wanted(s, &v), std::string(run) == "set") << s.name << "=" << e;
+    if (e) {
+      EXPECT_EQ(wanted(s, &v), std::string(run) == "set") << s.name << "=" << e;
+    }
   }
   const Settings& st = settings();
   std::vector<SettingInfo> all = describe_settings();

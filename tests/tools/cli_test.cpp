@@ -262,11 +262,14 @@ TEST_F(Cli, PerfReportsACrashedSideBySignal) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string out = read_text("out.txt");
   EXPECT_EQ(rc, 1) << out << read_text("stderr.txt");
-  // Both sides load the plugin; the second to die has 2 s to do so before perf stops it.
-  EXPECT_NE(out.find("FAILED never: receiver crashed: SIGILL (illegal instruction) / sender crashed: SIGILL "
-                     "(illegal instruction)"),
-            std::string::npos)
-      << out;
+  // Both sides load the plugin. The second to die has 2 s to do so before perf stops it; on a loaded
+  // machine it may not have reached the plugin by then, and is reported as stopped, not as a hang.
+  const std::string crashed = "crashed: SIGILL (illegal instruction)";
+  const bool recv_crashed = out.find("FAILED never: receiver " + crashed) != std::string::npos;
+  const bool send_crashed = out.find("sender " + crashed) != std::string::npos;
+  EXPECT_TRUE(recv_crashed || send_crashed) << out;
+  EXPECT_TRUE(recv_crashed || out.find("receiver stopped after the sender died") != std::string::npos) << out;
+  EXPECT_TRUE(send_crashed || out.find("sender stopped after the receiver died") != std::string::npos) << out;
   EXPECT_EQ(out.find("timed out"), std::string::npos) << out;
   EXPECT_LT(s, 20.0) << out;
 }
