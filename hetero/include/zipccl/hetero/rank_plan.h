@@ -14,11 +14,13 @@
 // pieces and phase 2), and for each source party whose stream it takes part in, the plans of the
 // receiving parties that demand from it; a relayed party's pieces level its members' loads as
 // holders, so the phase-0 totals of those members' source parties are computed too (each once).
-// automatic needs the world's busiest sender under both strategies: every source party's phase-0
-// total and every relayed party's relay loads, counted without building any transfer. Parties
-// with no member in the other module's boundary parties have closed forms costing their kept rows
-// (O(samples * parties per replica) for the world); colocated ones are counted through their
-// demands, near the world planner's cost. RankPlanner caches the result with the plan.
+// automatic needs to know which strategy's busiest sender (over the world) sends less. It decides
+// from bounds on the most rows any party keeps - exact and O(samples x cp) for image-only layouts,
+// O(samples) bounds for the LLM's combined input - and, where the modules share ranks, from a lower
+// bound on what a receiving party must relay (O(members) per party tried); only where those leave
+// the answer open does it count every party's loads exactly (colocated parties through their
+// demands, near the world planner's cost). A receiving party of one rank is planned alike by both
+// strategies, so there it is direct at once. RankPlanner caches the result with the plan.
 //
 // RankPlanner keeps the last few plans keyed by the micro-batch (token counts, assignments, LLM
 // input), so a training loop whose micro-batches repeat shapes replans nothing.

@@ -32,6 +32,7 @@ class LazyPlacement {
     }
   }
 
+  const Module& module() const { return m_; }
   int replica_of(int s) const { return replica_of_[s]; }
   int slot(int s) const { return slot_[s]; }
   int parties_per_replica() const { return m_.cp() * per_cp_; }
@@ -100,6 +101,58 @@ class LazyPlacement {
     for (const BufferSegment& g : scratch_) rows += g.rows.size();
     return rows;
   }
+  // Bounds on the most boundary rows any one party keeps, over all parties of the module: O(samples
+  // x cp) for an image-only layout, where they are exact; O(samples) for the LLM's combined input,
+  // whose exact figure needs each replica's packing (then lo is the replica's share per party,
+  // hi the replica's whole load).
+  //  - A party (d, c, t) keeps, of each sample, cp rank c's zigzag chunks (local_c rows), then with
+  //    sequence parallelism tp rank t's piece split_point(local_c, t + 1, tp) - split_point(local_c,
+  //    t, tp). That piece is at most ceil(local_c / tp) for every t, and exactly that for t = tp - 1
+  //    (local_c - floor(local_c (tp - 1) / tp)), for all samples at once, so the replica's largest
+  //    party over t is the sum of ceil(local_c / tp): only the cp ranks need a pass.
+  //  - Consecutive samples of equal length repeat the previous sample's figures.
+  struct KeptRows {
+    std::int64_t lo = 0, hi = 0;
+  };
+  KeptRows max_kept_rows() {
+    KeptRows out;
+    const int cp = m_.cp();
+    const std::int64_t tp = per_cp_;
+    if (combined_) {
+      const std::int64_t parties = parties_per_replica();
+      for (int d = 0; d < m_.dp(); ++d) {
+        std::int64_t load = 0;
+        for (int i = first_[d]; i < first_[d + 1]; ++i) load += batch_.tokens[by_replica_[i]];
+        out.lo = std::max(out.lo, load / parties + (load % parties != 0));
+        out.hi = std::max(out.hi, load);
+      }
+      return out;
+    }
+    sums_.assign(cp, 0);
+    rows_of_n_.assign(cp, 0);
+    std::int64_t last = -1;
+    for (int d = 0; d < m_.dp(); ++d) {
+      std::fill(sums_.begin(), sums_.end(), 0);
+      for (int i = first_[d]; i < first_[d + 1]; ++i) {
+        const std::int64_t n = batch_.tokens[by_replica_[i]];
+        if (n != last) {
+          last = n;
+          for (int c = 0; c < cp; ++c) {
+            RowRange ch[2];
+            const int k = cp_chunks(n, cp, c, ch);
+            std::int64_t local = 0;
+            for (int j = 0; j < k; ++j) local += ch[j].size();
+            rows_of_n_[c] = local / tp + (local % tp != 0);
+          }
+        }
+        for (int c = 0; c < cp; ++c) sums_[c] += rows_of_n_[c];
+      }
+      for (int c = 0; c < cp; ++c) out.hi = std::max(out.hi, sums_[c]);
+    }
+    out.lo = out.hi;
+    return out;
+  }
+
   // thd_segments' row count for (replica d, cp c, tp t): the image positions of the packed local
   // sequence, as intervals shared by the tp parties of one (d, c), counted inside t's sp window.
   std::int64_t thd_kept_rows(int d, int c, int t) {
@@ -161,6 +214,7 @@ class LazyPlacement {
   std::vector<RowRange> image_at_;      // ascending, disjoint
   std::vector<std::int64_t> covered_;   // image rows before each interval of image_at_, then the total
   std::int64_t thd_local_ = 0;
+  std::vector<std::int64_t> sums_, rows_of_n_;  // max_kept_rows' scratch, per cp rank
 };
 
 class RankPlanBuilder {
@@ -451,7 +505,51 @@ class RankPlanBuilder {
   }
 
   // Planner::make_plan's choice for automatic: whether the world's busiest sender sends less under
-  // scatter_allgather than under direct, counted in rows without building transfers. A party none
+  // scatter_allgather than under direct. Decided from bounds where they suffice, in O(samples x cp)
+  // (image-only) or O(samples) (the LLM's combined input), plus, with both modules on shared ranks,
+  // O(members) per receiving party tried; otherwise counted exactly (exact_relay_sends_less).
+  //  - A receiving party of one rank is planned alike by both strategies: equal plans, and ties go
+  //    to direct.
+  //  - Modules on disjoint ranks: with A the most rows a source party keeps and B the most a
+  //    receiving party keeps (parties of k and m members), direct's busiest sender sends
+  //    ceil(A m / k) rows and scatter_allgather's max(ceil(A / k), ceil(B / m) (m - 1)) (see
+  //    exact_relay_sends_less). Given A in [lo, hi]: relay wins for every A >= lo once lo (m - 1) >= k
+  //    (then ceil(A / k) < ceil(A m / k)) and the relay term is below ceil(lo m / k); direct wins
+  //    when the relay term is at least ceil(hi m / k).
+  //  - Shared ranks: direct sends at most ceil(A m / k) anyway. A receiving party whose members
+  //    hold at most H of the R rows it keeps must relay each other row to its m - 1 other members,
+  //    so its busiest member relays at least ceil((R - H) (m - 1) / m) rows; one such party at or
+  //    above direct's figure settles direct.
+  bool world_relay_sends_less() {
+    if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
+    const std::int64_t m = pd_.party_size(), k = ps_.party_size();
+    if (m == 1) return false;
+    const LazyPlacement::KeptRows a = ps_.max_kept_rows();
+    const std::int64_t direct_hi = ceil_div(checked_mul(a.hi, m, "rows a source party sends under the direct strategy"), k);
+    const Module &src = ps_.module(), &dst = pd_.module();
+    if (src.end_rank() <= dst.first_rank() || dst.end_rank() <= src.first_rank()) {
+      const LazyPlacement::KeptRows b = pd_.max_kept_rows();
+      const std::int64_t relay_lo = ceil_div(b.lo, m) * (m - 1), relay_hi = ceil_div(b.hi, m) * (m - 1);
+      if (a.lo == a.hi && b.lo == b.hi) return std::max(ceil_div(a.hi, k), relay_hi) < direct_hi;
+      if (a.lo * (m - 1) >= k && relay_hi < ceil_div(a.lo * m, k)) return true;
+      if (relay_lo >= direct_hi) return false;
+    } else {
+      for (int pi = 0; pi < pd_.num_parties(); ++pi) {
+        std::int64_t held = 0;
+        int last = -1;
+        pd_.for_each_member(pi, [&](int r) {  // members of one source party come in a row
+          const int q = ps_.party_of_rank(r);
+          if (q >= 0 && q != last) held += ps_.kept_rows(q);
+          last = q;
+        });
+        const std::int64_t pooled = pd_.kept_rows(pi) - held;
+        if (pooled > 0 && ceil_div(pooled * (m - 1), m) >= direct_hi) return false;
+      }
+    }
+    return exact_relay_sends_less();
+  }
+
+  // The exact count behind world_relay_sends_less, in rows without building transfers. A party none
   // of whose members is in the other module's boundary parties has a closed form, since the
   // receiving parties of a replica partition each sample's rows and all have the same size:
   //  - source party Q: direct sends its rows once per receiving-party member, scatter_allgather
@@ -461,8 +559,7 @@ class RankPlanBuilder {
   //    to the m-1 others.
   // Parties with colocated members are counted exactly as the planner plans them (holder_rows,
   // party_plan), which costs their demands; the others cost their kept rows.
-  bool world_relay_sends_less() {
-    if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
+  bool exact_relay_sends_less() {
     std::unordered_map<int, std::int64_t> sent;  // ranks in both modules' parties: both terms
     std::int64_t direct_most = 0, relay_most = 0;
     const std::int64_t dst_size = pd_.party_size();
