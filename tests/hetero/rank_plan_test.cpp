@@ -2,6 +2,7 @@
 // directions and for every strategy, each rank's plan is exactly the world plan's transfers that rank sends or receives,
 // in the same order, with the same buffer sizes and the same messages.
 #include "zipccl/hetero/rank_plan.h"
+#include "zipccl/hetero/parse.h"
 
 #include <gtest/gtest.h>
 
@@ -79,6 +80,42 @@ TEST(HeteroRankPlan, EveryRankMatchesTheWorldPlanner) {
   EXPECT_GT(combined, 500);
   EXPECT_GT(relayed, 1000);      // plans with a second phase were compared
   EXPECT_GT(chose_direct, 500);  // and automatic went both ways
+}
+
+// automatic at the scale of BENCHMARKS.md section 3 (uniform batches, where its bounds decide):
+// the strategy each direction keeps, and a few ranks' plans against the world plan.
+TEST(HeteroRankPlan, AutomaticAtSixteenThousandRanks) {
+  struct Example {
+    const char *encoder, *llm;
+    int samples;
+    bool thd;
+    Strategy forward, backward;
+  };
+  for (const Example& x : {Example{"name=vision,tp=2,ranks=0-4095", "name=llm,tp=8,pp=4,cp=2,sp,ranks=4096-16383", 12288,
+                                   false, Strategy::direct, Strategy::scatter_allgather},
+                           Example{"name=vision,tp=1", "name=llm,tp=8,pp=4", 16384, false, Strategy::direct, Strategy::direct},
+                           Example{"name=vision,tp=2,ranks=0-4095", "name=llm,tp=8,pp=4,cp=2,sp,ranks=4096-16383", 12288,
+                                   true, Strategy::direct, Strategy::scatter_allgather}}) {
+    LayoutSpec spec;
+    spec.world_size = 16384;
+    spec.encoders.push_back(parse_module_spec(x.encoder));
+    spec.llm = parse_module_spec(x.llm);
+    const Layout layout(spec);
+    BoundaryBatch batch{std::vector<std::int64_t>(x.samples, x.thd ? 1728 : 576), 8192, 2};
+    if (x.thd) {
+      batch.llm_sequence.format = SequenceFormat::thd;
+      batch.llm_sequence.length.assign(x.samples, 4096);
+      batch.llm_sequence.images.assign(x.samples, {{32, 576}, {1200, 576}, {2600, 576}});
+    }
+    for (Direction dir : {Direction::forward, Direction::backward}) {
+      const BoundaryPlan world = plan_boundary(layout, 0, batch, dir, PlanOptions{Strategy::automatic});
+      EXPECT_EQ(world.strategy, dir == Direction::forward ? x.forward : x.backward) << x.llm << " " << direction_name(dir);
+      for (int r : {0, 4095, 4096, 4100, 9999, 16383}) {
+        EXPECT_EQ(compare(world, plan_rank(layout, 0, batch, dir, r, PlanOptions{Strategy::automatic}), r), "")
+            << x.llm << " " << direction_name(dir);
+      }
+    }
+  }
 }
 
 // 24 ranks: a sequence-parallel LLM tp4 on 8-23, a tp1 encoder on 0-7.
