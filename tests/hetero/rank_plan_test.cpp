@@ -82,7 +82,8 @@ TEST(HeteroRankPlan, EveryRankMatchesTheWorldPlanner) {
   EXPECT_GT(chose_direct, 500);  // and automatic went both ways
 }
 
-// automatic at the scale of BENCHMARKS.md section 3 (uniform batches, where its bounds decide):
+// automatic at the scale of BENCHMARKS.md section 3, and the 8-GPU hot spot grown to
+// 16,384 ranks (batches where its bounds decide):
 // the strategy each direction keeps, and a few ranks' plans against the world plan.
 TEST(HeteroRankPlan, AutomaticAtSixteenThousandRanks) {
   struct Example {
@@ -90,18 +91,23 @@ TEST(HeteroRankPlan, AutomaticAtSixteenThousandRanks) {
     int samples;
     bool thd;
     Strategy forward, backward;
+    bool uneven = false;  // the hot-spot tokens, repeated
   };
   for (const Example& x : {Example{"name=vision,tp=2,ranks=0-4095", "name=llm,tp=8,pp=4,cp=2,sp,ranks=4096-16383", 12288,
                                    false, Strategy::direct, Strategy::scatter_allgather},
                            Example{"name=vision,tp=1", "name=llm,tp=8,pp=4", 16384, false, Strategy::direct, Strategy::direct},
                            Example{"name=vision,tp=2,ranks=0-4095", "name=llm,tp=8,pp=4,cp=2,sp,ranks=4096-16383", 12288,
-                                   true, Strategy::direct, Strategy::scatter_allgather}}) {
+                                   true, Strategy::direct, Strategy::scatter_allgather},
+                           Example{"name=vision,tp=1", "name=llm,tp=4", 16384, false, Strategy::scatter_allgather,
+                                   Strategy::direct, true}}) {
     LayoutSpec spec;
     spec.world_size = 16384;
     spec.encoders.push_back(parse_module_spec(x.encoder));
     spec.llm = parse_module_spec(x.llm);
     const Layout layout(spec);
     BoundaryBatch batch{std::vector<std::int64_t>(x.samples, x.thd ? 1728 : 576), 8192, 2};
+    const std::int64_t hot[] = {576, 1024, 256, 729, 0, 576, 100, 2048};
+    for (int s = 0; x.uneven && s < x.samples; ++s) batch.tokens[s] = hot[s % 8];
     if (x.thd) {
       batch.llm_sequence.format = SequenceFormat::thd;
       batch.llm_sequence.length.assign(x.samples, 4096);

@@ -16,10 +16,11 @@
 // holders, so the phase-0 totals of those members' source parties are computed too (each once).
 // automatic needs to know which strategy's busiest sender (over the world) sends less. It decides
 // from bounds on the most rows any party keeps - exact and O(samples x cp) for image-only layouts,
-// O(samples) bounds for the LLM's combined input - and, where the modules share ranks, from a lower
-// bound on what a receiving party must relay (O(members) per party tried); only where those leave
-// the answer open does it count every party's loads exactly (colocated parties through their
-// demands, near the world planner's cost). A receiving party of one rank is planned alike by both
+// O(samples) bounds for the LLM's combined input - and, where the modules share ranks, from lower
+// and upper bounds on what a receiving party's members relay (O(members) per party tried); only
+// where those leave the answer open (colocated layouts where the two strategies come close) does it
+// count every party's loads exactly (colocated parties through their demands, near the world
+// planner's cost). A receiving party of one rank is planned alike by both
 // strategies, so there it is direct at once. RankPlanner caches the result with the plan.
 //
 // RankPlanner keeps the last few plans keyed by the micro-batch (token counts, assignments, LLM

@@ -33,6 +33,12 @@ class LazyPlacement {
   }
 
   const Module& module() const { return m_; }
+  bool combined() const { return combined_; }
+  int max_replica_samples() const {
+    int most = 0;
+    for (int d = 0; d < m_.dp(); ++d) most = std::max(most, first_[d + 1] - first_[d]);
+    return most;
+  }
   int replica_of(int s) const { return replica_of_[s]; }
   int slot(int s) const { return slot_[s]; }
   int parties_per_replica() const { return m_.cp() * per_cp_; }
@@ -55,6 +61,7 @@ class LazyPlacement {
     }
   }
   int party_size() const { return m_.sequence_parallel() ? 1 : m_.tp(); }
+  int replica_of_party(int index) const { return index / per_cp_ / m_.cp(); }
   // The samples of party `index` (its replica's), ascending.
   const int* samples_begin(int index) const { return by_replica_.data() + first_[replica_of_party(index)]; }
   const int* samples_end(int index) const { return by_replica_.data() + first_[replica_of_party(index) + 1]; }
@@ -201,7 +208,6 @@ class LazyPlacement {
   const Module& m_;
   const BoundaryBatch& batch_;
   std::vector<int> replica_of_, slot_, first_, by_replica_;
-  int replica_of_party(int index) const { return index / per_cp_ / m_.cp(); }
 
   int per_cp_ = 1;
   bool combined_ = false;
@@ -520,6 +526,17 @@ class RankPlanBuilder {
   //    hold at most H of the R rows it keeps must relay each other row to its m - 1 other members,
   //    so its busiest member relays at least ceil((R - H) (m - 1) / m) rows; one such party at or
   //    above direct's figure settles direct.
+  //  - Shared ranks, relay's side (image-only): direct's source party with A rows has at most
+  //    min(k, m) members in any receiving party, so it sends at least ceil(A (m - min(k, m)) / k).
+  //    Under scatter_allgather a member j of party P ends with s_j relayed rows on top of its load
+  //    l_j <= ceil(A / k) as a holder, and relay_pieces fills one (range, holder) overlap at a time
+  //    among the u >= u' = max(2, m - min(k, m)) members lacking it, levelling (s + l) / (u - 1). A
+  //    water-fill never lifts a level above the larger of the old highest and the mean after the
+  //    fill, so each step leaves every member at most max(V + u - 2, W / u + 2u - 3), V the highest
+  //    s + l before it and W = sum of l + s at the end <= m ceil(A / k) + B (m - 1). With N steps
+  //    (at most 2 ranges of P times 2 p + 2 overlaps per sample, p source parties per replica, plus
+  //    the pool), every rank sends at most max(ceil(A / k), ceil(W / u') + 2m - 3) + N (m - 2) rows;
+  //    below direct's figure, that settles scatter_allgather.
   bool world_relay_sends_less() {
     if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
     const std::int64_t m = pd_.party_size(), k = ps_.party_size();
@@ -534,6 +551,14 @@ class RankPlanBuilder {
       if (a.lo * (m - 1) >= k && relay_hi < ceil_div(a.lo * m, k)) return true;
       if (relay_lo >= direct_hi) return false;
     } else {
+      if (!ps_.combined() && !pd_.combined()) {
+        const std::int64_t b = pd_.max_kept_rows().hi, share = ceil_div(a.hi, k), outside = m - std::min(k, m);
+        const std::int64_t direct_lo = ceil_div(a.lo * outside, k);
+        const Int128 u = std::max<std::int64_t>(2, outside), w = Int128{m} * share + Int128{b} * (m - 1);
+        const Int128 steps = Int128{pd_.max_replica_samples()} * (2 * Int128{ps_.parties_per_replica()} + 2) + 1;
+        const Int128 relay_hi = std::max<Int128>(share, (w + u - 1) / u + 2 * m - 3) + steps * (m - 2);
+        if (relay_hi < direct_lo || (share < direct_lo && relay_surely_below(direct_lo))) return true;
+      }
       for (int pi = 0; pi < pd_.num_parties(); ++pi) {
         std::int64_t held = 0;
         int last = -1;
@@ -547,6 +572,49 @@ class RankPlanBuilder {
       }
     }
     return exact_relay_sends_less();
+  }
+
+  // The relay side of the shared-ranks bound (world_relay_sends_less), party by party: W from each
+  // member's own source party (l_j <= ceil(kept / k)) and the relays P really needs - each row it
+  // keeps costs m - 1, less one per member of the source party holding it (none when all do) - and
+  // u' from the most members one source party has in P. True when every party's bound is below
+  // `direct_lo`. O(receiving parties x members + the samples of those members' source parties).
+  bool relay_surely_below(std::int64_t direct_lo) {
+    const std::int64_t m = pd_.party_size(), k = ps_.party_size();
+    const Int128 per_sample = 2 * Int128{ps_.parties_per_replica()} + 2;
+    for (int pi = 0; pi < pd_.num_parties(); ++pi) {
+      const int d = pd_.replica_of_party(pi);
+      member_parties_.clear();
+      pd_.for_each_member(pi, [&](int r) { member_parties_.push_back(ps_.party_of_rank(r)); });
+      std::sort(member_parties_.begin(), member_parties_.end());
+      Int128 w = Int128{pd_.kept_rows(pi)} * (m - 1);  // loads, plus relays: (m - 1) per row, less what members hold
+      std::int64_t highest = 0, most = 0;
+      for (std::size_t i = 0; i < member_parties_.size();) {
+        const int q = member_parties_[i];
+        std::size_t j = i;
+        while (j < member_parties_.size() && member_parties_[j] == q) ++j;
+        const std::int64_t c = static_cast<std::int64_t>(j - i);
+        i = j;
+        if (q < 0) continue;
+        const std::int64_t load = ceil_div(ps_.kept_rows(q), k);
+        highest = std::max(highest, load);
+        most = std::max(most, c);
+        std::int64_t held = 0;
+        for (const int* s = ps_.samples_begin(q); s != ps_.samples_end(q); ++s) {
+          if (pd_.replica_of(*s) != d) continue;
+          pd_.for_each_range(pi, *s, [&](RowRange want) {
+            ps_.for_each_range(q, *s, [&](RowRange have) {
+              held += std::max<std::int64_t>(0, std::min(want.end, have.end) - std::max(want.begin, have.begin));
+            });
+          });
+        }
+        w += Int128{load} * c - Int128{held} * std::min(c, m - 1);
+      }
+      const Int128 u = std::max<std::int64_t>(2, m - most);
+      const Int128 steps = Int128{pd_.samples_end(pi) - pd_.samples_begin(pi)} * per_sample + 1;
+      if (std::max<Int128>(highest, (w + u - 1) / u + 2 * m - 3) + steps * (m - 2) >= direct_lo) return false;
+    }
+    return true;
   }
 
   // The exact count behind world_relay_sends_less, in rows without building transfers. A party none
@@ -605,6 +673,7 @@ class RankPlanBuilder {
   std::int64_t row_bytes_;
   RankPlan out_;
   std::vector<Demand> stream_;
+  std::vector<int> member_parties_;  // relay_surely_below's scratch
   std::unordered_map<int, PartyPlan> party_plans_;
   std::unordered_map<int, std::pair<std::int64_t, std::int64_t>> holder_rows_;  // (scatter_allgather, direct)
 };
