@@ -151,6 +151,18 @@ TEST(HeteroRankPlan, PlannerCachesByMicroBatch) {
   b.llm_assignment.rule = AssignmentRule::balanced;  // same tokens, other assignment: another plan
   EXPECT_EQ(compare(plan_forward(layout, 0, b), planner.plan(b, Direction::forward), 9), "");
   EXPECT_EQ(planner.misses(), 5u);
+  // Entries are recycled (key storage and all): what a full cache returns is still each batch's own
+  // plan, and a batch that fails leaves the cache as it was.
+  EXPECT_EQ(compare(plan_backward(layout, 0, b), planner.plan(b, Direction::backward), 9), "");
+  EXPECT_EQ(compare(plan_forward(layout, 0, b), planner.plan(b, Direction::forward), 9), "");
+  EXPECT_EQ(planner.misses(), 6u);
+  BoundaryBatch bad = a;
+  bad.tokens[0] = -1;
+  EXPECT_THROW(planner.plan(bad, Direction::forward), BatchError);
+  EXPECT_THROW(planner.plan(bad, Direction::forward), BatchError);  // not cached
+  EXPECT_EQ(compare(plan_backward(layout, 0, b), planner.plan(b, Direction::backward), 9), "");
+  EXPECT_EQ(compare(plan_forward(layout, 0, a), planner.plan(a, Direction::forward), 9), "");
+  EXPECT_EQ(planner.misses(), 8u);
   EXPECT_THROW(plan_rank(layout, 0, a, Direction::forward, 24), LayoutError);
   for (Strategy st : {Strategy::scatter_allgather, Strategy::automatic}) {  // the planner keeps its strategy
     RankPlanner relaying(layout, 0, 9, 2, PlanOptions{st});

@@ -64,6 +64,17 @@ inline RankPlan plan_rank(const Layout& layout, int encoder, const BoundaryBatch
 // The rank's messages, as make_schedule(world plan, rank) would build them.
 inline RankSchedule make_schedule(const RankPlan& plan);
 
+namespace detail {
+// A module's per-sample tables for one per-rank plan (sample -> replica, slot, samples by replica),
+// kept by RankPlanner so that planning a micro-batch allocates no per-sample memory in steady state.
+struct PlacementTables {
+  std::vector<int> replica_of, slot, first, by_replica, next;
+};
+struct RankWorkspace {
+  PlacementTables source, destination;
+};
+}  // namespace detail
+
 class RankPlanner {
  public:
   // `layout` must outlive the planner.
@@ -78,7 +89,7 @@ class RankPlanner {
 
  private:
   struct Entry {
-    std::vector<std::int64_t> key;  // detail::batch_key of the batch and direction
+    std::vector<std::int64_t> key;  // detail::batch_key_into of the batch and direction
     RankPlan plan;
   };
   const Layout& layout_;
@@ -87,6 +98,7 @@ class RankPlanner {
   std::size_t capacity_;
   PlanOptions options_;
   std::list<Entry> entries_;  // most recently used first
+  detail::RankWorkspace workspace_;
   std::size_t hits_ = 0, misses_ = 0;
 };
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -12,11 +13,19 @@
 namespace zipccl::hetero {
 namespace detail {
 
-// A module's placement with parties built on first use: per-rank planning touches few of them.
+// A module's placement with parties built on first use: per-rank planning touches few of them. Its
+// per-sample tables live in `tables`, which a RankPlanner keeps from one micro-batch to the next.
 class LazyPlacement {
  public:
-  LazyPlacement(const Module& m, const BoundaryBatch& batch)
-      : m_(m), batch_(batch), replica_of_(module_replicas(m, batch)), slot_(replica_of_.size()) {
+  LazyPlacement(const Module& m, const BoundaryBatch& batch, PlacementTables& tables)
+      : m_(m),
+        batch_(batch),
+        replica_of_(tables.replica_of),
+        slot_(tables.slot),
+        first_(tables.first),
+        by_replica_(tables.by_replica) {
+    assign_replicas_into(batch.tokens, m.dp(), batch.assignment(m), "module '" + m.name() + "'", replica_of_);
+    slot_.resize(replica_of_.size());
     per_cp_ = m.sequence_parallel() ? m.tp() : 1;
     combined_ = combined_input(m, batch);
     // Samples grouped by replica, ascending within each (a stable counting sort).
@@ -24,7 +33,8 @@ class LazyPlacement {
     for (int d : replica_of_) ++first_[d + 1];
     for (int d = 0; d < m.dp(); ++d) first_[d + 1] += first_[d];
     by_replica_.resize(replica_of_.size());
-    std::vector<int> next(first_.begin(), first_.end() - 1);
+    std::vector<int>& next = tables.next;
+    next.assign(first_.begin(), first_.end() - 1);
     for (int s = 0; s < static_cast<int>(replica_of_.size()); ++s) {
       const int d = replica_of_[s];
       slot_[s] = next[d] - first_[d];
@@ -207,7 +217,7 @@ class LazyPlacement {
  private:
   const Module& m_;
   const BoundaryBatch& batch_;
-  std::vector<int> replica_of_, slot_, first_, by_replica_;
+  std::vector<int>&replica_of_, &slot_, &first_, &by_replica_;
 
   int per_cp_ = 1;
   bool combined_ = false;
@@ -226,9 +236,9 @@ class LazyPlacement {
 class RankPlanBuilder {
  public:
   RankPlanBuilder(const Layout& layout, int encoder, const BoundaryBatch& batch, Direction direction, int rank,
-                  std::size_t limit)
-      : ps_(layout.modules()[direction == Direction::forward ? 1 + encoder : 0], batch),
-        pd_(layout.modules()[direction == Direction::forward ? 0 : 1 + encoder], batch),
+                  std::size_t limit, RankWorkspace& workspace)
+      : ps_(layout.modules()[direction == Direction::forward ? 1 + encoder : 0], batch, workspace.source),
+        pd_(layout.modules()[direction == Direction::forward ? 0 : 1 + encoder], batch, workspace.destination),
         budget_(layout, encoder, direction, limit),
         rank_(rank),
         row_bytes_(batch.row_bytes()) {
@@ -713,7 +723,8 @@ bool visit_batch_key(const BoundaryBatch& b, Direction direction, F&& f) {
   return true;
 }
 
-inline std::vector<std::int64_t> batch_key(const BoundaryBatch& b, Direction direction) {
+// The key into `key`, reusing its storage.
+inline void batch_key_into(const BoundaryBatch& b, Direction direction, std::vector<std::int64_t>& key) {
   struct Count {
     std::size_t n = 0;
     bool operator()(std::int64_t) { return ++n != 0; }
@@ -734,10 +745,22 @@ inline std::vector<std::int64_t> batch_key(const BoundaryBatch& b, Direction dir
       return true;
     }
   };
-  std::vector<std::int64_t> key;
+  key.clear();
   key.reserve(count.n);
   visit_batch_key(b, direction, Append{key});
-  return key;
+}
+
+// plan_rank with the caller's tables (RankPlanner keeps them between micro-batches).
+inline RankPlan plan_rank_in(RankWorkspace& workspace, const Layout& layout, int encoder, const BoundaryBatch& batch,
+                             Direction direction, int rank, const PlanOptions& options) {
+  if (rank < 0 || rank >= layout.world_size()) {
+    throw LayoutError("rank " + std::to_string(rank) + " is outside the world of " +
+                      std::to_string(layout.world_size()) + " ranks");
+  }
+  validate_batch(batch);
+  layout.encoder(encoder);  // throws for a bad index
+  check_boundary_fits(direction == Direction::forward ? layout.llm() : layout.encoder(encoder), batch);
+  return RankPlanBuilder(layout, encoder, batch, direction, rank, options.max_transfers, workspace).run(options.strategy);
 }
 
 inline bool same_key(const std::vector<std::int64_t>& key, const BoundaryBatch& b, Direction direction) {
@@ -759,14 +782,8 @@ inline bool same_key(const std::vector<std::int64_t>& key, const BoundaryBatch& 
 
 inline RankPlan plan_rank(const Layout& layout, int encoder, const BoundaryBatch& batch, Direction direction,
                           int rank, const PlanOptions& options) {
-  if (rank < 0 || rank >= layout.world_size()) {
-    throw LayoutError("rank " + std::to_string(rank) + " is outside the world of " +
-                      std::to_string(layout.world_size()) + " ranks");
-  }
-  validate_batch(batch);
-  layout.encoder(encoder);  // throws for a bad index
-  check_boundary_fits(direction == Direction::forward ? layout.llm() : layout.encoder(encoder), batch);
-  return detail::RankPlanBuilder(layout, encoder, batch, direction, rank, options.max_transfers).run(options.strategy);
+  detail::RankWorkspace workspace;
+  return detail::plan_rank_in(workspace, layout, encoder, batch, direction, rank, options);
 }
 
 inline RankSchedule make_schedule(const RankPlan& plan) {
@@ -787,10 +804,18 @@ inline const RankPlan& RankPlanner::plan(const BoundaryBatch& batch, Direction d
     }
   }
   ++misses_;
-  RankPlan plan = plan_rank(layout_, encoder_, batch, direction, rank_, options_);
-  entries_.push_front(Entry{detail::batch_key(batch, direction), std::move(plan)});
-  if (entries_.size() > capacity_) entries_.pop_back();
-  return entries_.front().plan;
+  RankPlan plan = detail::plan_rank_in(workspace_, layout_, encoder_, batch, direction, rank_, options_);
+  // A full cache recycles its least recently used entry, key storage included: no per-sample
+  // allocation in steady state.
+  if (entries_.size() >= capacity_) {
+    entries_.splice(entries_.begin(), entries_, std::prev(entries_.end()));
+  } else {
+    entries_.emplace_front();
+  }
+  Entry& entry = entries_.front();
+  entry.plan = std::move(plan);
+  detail::batch_key_into(batch, direction, entry.key);
+  return entry.plan;
 }
 
 }  // namespace zipccl::hetero
