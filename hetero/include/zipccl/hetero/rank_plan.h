@@ -24,7 +24,9 @@
 // strategies, so there it is direct at once. RankPlanner caches the result with the plan.
 //
 // RankPlanner keeps the last few plans keyed by the micro-batch (token counts, assignments, LLM
-// input), so a training loop whose micro-batches repeat shapes replans nothing.
+// input), so a training loop whose micro-batches repeat shapes replans nothing; on a miss it reuses
+// its per-sample tables and its least recently used entry, so planning allocates no per-sample
+// memory in steady state (a plain plan_rank call allocates them each time).
 // Thread-safety: plan_rank is a pure function; a RankPlanner is not shared between threads.
 #pragma once
 
