@@ -159,10 +159,11 @@ TEST(HeteroRankPlan, PlannerCachesByMicroBatch) {
   BoundaryBatch bad = a;
   bad.tokens[0] = -1;
   EXPECT_THROW(planner.plan(bad, Direction::forward), BatchError);
-  EXPECT_THROW(planner.plan(bad, Direction::forward), BatchError);  // not cached
-  EXPECT_EQ(compare(plan_backward(layout, 0, b), planner.plan(b, Direction::backward), 9), "");
+  EXPECT_THROW(planner.plan(bad, Direction::forward), BatchError);  // not cached: a miss again
+  EXPECT_EQ(compare(plan_backward(layout, 0, b), planner.plan(b, Direction::backward), 9), "");  // a hit
   EXPECT_EQ(compare(plan_forward(layout, 0, a), planner.plan(a, Direction::forward), 9), "");
-  EXPECT_EQ(planner.misses(), 8u);
+  EXPECT_EQ(planner.misses(), 9u);
+  EXPECT_EQ(planner.hits(), 3u);
   EXPECT_THROW(plan_rank(layout, 0, a, Direction::forward, 24), LayoutError);
   for (Strategy st : {Strategy::scatter_allgather, Strategy::automatic}) {  // the planner keeps its strategy
     RankPlanner relaying(layout, 0, 9, 2, PlanOptions{st});
