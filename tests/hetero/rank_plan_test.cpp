@@ -2,6 +2,7 @@
 // directions and for every strategy, each rank's plan is exactly the world plan's transfers that rank sends or receives,
 // in the same order, with the same buffer sizes and the same messages.
 #include "zipccl/hetero/rank_plan.h"
+#include "zipccl/hetero/parse.h"
 
 #include <gtest/gtest.h>
 
@@ -81,6 +82,48 @@ TEST(HeteroRankPlan, EveryRankMatchesTheWorldPlanner) {
   EXPECT_GT(chose_direct, 500);  // and automatic went both ways
 }
 
+// automatic at the scale of BENCHMARKS.md section 3, and the 8-GPU hot spot grown to
+// 16,384 ranks (batches where its bounds decide):
+// the strategy each direction keeps, and a few ranks' plans against the world plan.
+TEST(HeteroRankPlan, AutomaticAtSixteenThousandRanks) {
+  struct Example {
+    const char *encoder, *llm;
+    int samples;
+    bool thd;
+    Strategy forward, backward;
+    bool uneven = false;  // the hot-spot tokens, repeated
+  };
+  for (const Example& x : {Example{"name=vision,tp=2,ranks=0-4095", "name=llm,tp=8,pp=4,cp=2,sp,ranks=4096-16383", 12288,
+                                   false, Strategy::direct, Strategy::scatter_allgather},
+                           Example{"name=vision,tp=1", "name=llm,tp=8,pp=4", 16384, false, Strategy::direct, Strategy::direct},
+                           Example{"name=vision,tp=2,ranks=0-4095", "name=llm,tp=8,pp=4,cp=2,sp,ranks=4096-16383", 12288,
+                                   true, Strategy::direct, Strategy::scatter_allgather},
+                           Example{"name=vision,tp=1", "name=llm,tp=4", 16384, false, Strategy::scatter_allgather,
+                                   Strategy::direct, true}}) {
+    LayoutSpec spec;
+    spec.world_size = 16384;
+    spec.encoders.push_back(parse_module_spec(x.encoder));
+    spec.llm = parse_module_spec(x.llm);
+    const Layout layout(spec);
+    BoundaryBatch batch{std::vector<std::int64_t>(x.samples, x.thd ? 1728 : 576), 8192, 2};
+    const std::int64_t hot[] = {576, 1024, 256, 729, 0, 576, 100, 2048};
+    for (int s = 0; x.uneven && s < x.samples; ++s) batch.tokens[s] = hot[s % 8];
+    if (x.thd) {
+      batch.llm_sequence.format = SequenceFormat::thd;
+      batch.llm_sequence.length.assign(x.samples, 4096);
+      batch.llm_sequence.images.assign(x.samples, {{32, 576}, {1200, 576}, {2600, 576}});
+    }
+    for (Direction dir : {Direction::forward, Direction::backward}) {
+      const BoundaryPlan world = plan_boundary(layout, 0, batch, dir, PlanOptions{Strategy::automatic});
+      EXPECT_EQ(world.strategy, dir == Direction::forward ? x.forward : x.backward) << x.llm << " " << direction_name(dir);
+      for (int r : {0, 4095, 4096, 4100, 9999, 16383}) {
+        EXPECT_EQ(compare(world, plan_rank(layout, 0, batch, dir, r, PlanOptions{Strategy::automatic}), r), "")
+            << x.llm << " " << direction_name(dir);
+      }
+    }
+  }
+}
+
 // 24 ranks: a sequence-parallel LLM tp4 on 8-23, a tp1 encoder on 0-7.
 LayoutSpec small_spec() {
   LayoutSpec spec;
@@ -108,6 +151,19 @@ TEST(HeteroRankPlan, PlannerCachesByMicroBatch) {
   b.llm_assignment.rule = AssignmentRule::balanced;  // same tokens, other assignment: another plan
   EXPECT_EQ(compare(plan_forward(layout, 0, b), planner.plan(b, Direction::forward), 9), "");
   EXPECT_EQ(planner.misses(), 5u);
+  // Entries are recycled (key storage and all): what a full cache returns is still each batch's own
+  // plan, and a batch that fails leaves the cache as it was.
+  EXPECT_EQ(compare(plan_backward(layout, 0, b), planner.plan(b, Direction::backward), 9), "");
+  EXPECT_EQ(compare(plan_forward(layout, 0, b), planner.plan(b, Direction::forward), 9), "");
+  EXPECT_EQ(planner.misses(), 6u);
+  BoundaryBatch bad = a;
+  bad.tokens[0] = -1;
+  EXPECT_THROW(planner.plan(bad, Direction::forward), BatchError);
+  EXPECT_THROW(planner.plan(bad, Direction::forward), BatchError);  // not cached: a miss again
+  EXPECT_EQ(compare(plan_backward(layout, 0, b), planner.plan(b, Direction::backward), 9), "");  // a hit
+  EXPECT_EQ(compare(plan_forward(layout, 0, a), planner.plan(a, Direction::forward), 9), "");
+  EXPECT_EQ(planner.misses(), 9u);
+  EXPECT_EQ(planner.hits(), 3u);
   EXPECT_THROW(plan_rank(layout, 0, a, Direction::forward, 24), LayoutError);
   for (Strategy st : {Strategy::scatter_allgather, Strategy::automatic}) {  // the planner keeps its strategy
     RankPlanner relaying(layout, 0, 9, 2, PlanOptions{st});

@@ -38,7 +38,8 @@
 //    leader, no broadcast. When holders outnumber receivers (e.g. a colocated tp-1 encoder feeding a
 //    tp-8 LLM) it can send more than direct: each member relays about (m-1)/m of its party's rows.
 //  - automatic: plans both and keeps the one whose busiest rank sends less (ties: direct). The
-//    returned plan's strategy says which.
+//    returned plan's strategy says which. Where the receiving parties are single ranks (sequence
+//    parallel or tp 1) both plans are the same, so it plans direct only.
 //
 // Backward semantics (where the forward replicated, the backward takes one copy, it never sums):
 // with Megatron-LM's convention, a replicated activation's gradient is complete and identical on

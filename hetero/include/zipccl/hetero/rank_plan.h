@@ -14,14 +14,19 @@
 // pieces and phase 2), and for each source party whose stream it takes part in, the plans of the
 // receiving parties that demand from it; a relayed party's pieces level its members' loads as
 // holders, so the phase-0 totals of those members' source parties are computed too (each once).
-// automatic needs the world's busiest sender under both strategies: every source party's phase-0
-// total and every relayed party's relay loads, counted without building any transfer. Parties
-// with no member in the other module's boundary parties have closed forms costing their kept rows
-// (O(samples * parties per replica) for the world); colocated ones are counted through their
-// demands, near the world planner's cost. RankPlanner caches the result with the plan.
+// automatic needs to know which strategy's busiest sender (over the world) sends less. It decides
+// from bounds on the most rows any party keeps - exact and O(samples x cp) for image-only layouts,
+// O(samples) bounds for the LLM's combined input - and, where the modules share ranks, from lower
+// and upper bounds on what a receiving party's members relay (O(members) per party tried); only
+// where those leave the answer open (colocated layouts where the two strategies come close) does it
+// count every party's loads exactly (colocated parties through their demands, near the world
+// planner's cost). A receiving party of one rank is planned alike by both
+// strategies, so there it is direct at once. RankPlanner caches the result with the plan.
 //
 // RankPlanner keeps the last few plans keyed by the micro-batch (token counts, assignments, LLM
-// input), so a training loop whose micro-batches repeat shapes replans nothing.
+// input), so a training loop whose micro-batches repeat shapes replans nothing; on a miss it reuses
+// its per-sample tables and its least recently used entry, so planning allocates no per-sample
+// memory in steady state (a plain plan_rank call allocates them each time).
 // Thread-safety: plan_rank is a pure function; a RankPlanner is not shared between threads.
 #pragma once
 
@@ -61,6 +66,17 @@ inline RankPlan plan_rank(const Layout& layout, int encoder, const BoundaryBatch
 // The rank's messages, as make_schedule(world plan, rank) would build them.
 inline RankSchedule make_schedule(const RankPlan& plan);
 
+namespace detail {
+// A module's per-sample tables for one per-rank plan (sample -> replica, slot, samples by replica),
+// kept by RankPlanner so that planning a micro-batch allocates no per-sample memory in steady state.
+struct PlacementTables {
+  std::vector<int> replica_of, slot, first, by_replica, next;
+};
+struct RankWorkspace {
+  PlacementTables source, destination;
+};
+}  // namespace detail
+
 class RankPlanner {
  public:
   // `layout` must outlive the planner.
@@ -75,7 +91,7 @@ class RankPlanner {
 
  private:
   struct Entry {
-    std::vector<std::int64_t> key;  // detail::batch_key of the batch and direction
+    std::vector<std::int64_t> key;  // detail::batch_key_into of the batch and direction
     RankPlan plan;
   };
   const Layout& layout_;
@@ -84,6 +100,7 @@ class RankPlanner {
   std::size_t capacity_;
   PlanOptions options_;
   std::list<Entry> entries_;  // most recently used first
+  detail::RankWorkspace workspace_;
   std::size_t hits_ = 0, misses_ = 0;
 };
 

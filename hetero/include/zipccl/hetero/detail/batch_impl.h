@@ -286,10 +286,11 @@ inline void check_boundary_fits(const Module& receiver, const BoundaryBatch& bat
   }
 }
 
-inline std::vector<int> assign_replicas(const std::vector<std::int64_t>& tokens, int dp,
-                                        const SampleAssignment& a, const std::string& who) {
+namespace detail {
+// assign_replicas into `replica`, reusing its storage (per-rank planning runs every micro-batch).
+inline void assign_replicas_into(const std::vector<std::int64_t>& tokens, int dp, const SampleAssignment& a,
+                                 const std::string& who, std::vector<int>& replica) {
   const int n = static_cast<int>(tokens.size());
-  std::vector<int> replica(n);
   if (a.rule == AssignmentRule::given) {
     if (a.replica.size() != tokens.size()) {
       throw BatchError(who + ": the sample->replica map has " + std::to_string(a.replica.size()) +
@@ -302,14 +303,16 @@ inline std::vector<int> assign_replicas(const std::vector<std::int64_t>& tokens,
                          std::to_string(dp) + ")");
       }
     }
-    return a.replica;
+    replica = a.replica;
+    return;
   }
+  replica.resize(n);  // every entry is written below
   if (a.rule == AssignmentRule::contiguous) {
     for (int d = 0, s = 0; d < dp && s < n; ++d) {  // block by block (no division per sample)
       const SampleRange block = replica_samples(n, dp, d);
       for (; s < block.end; ++s) replica[s] = d;
     }
-    return replica;
+    return;
   }
   std::vector<int> order(n);
   for (int s = 0; s < n; ++s) order[s] = s;
@@ -324,6 +327,13 @@ inline std::vector<int> assign_replicas(const std::vector<std::int64_t>& tokens,
     replica[s] = d;
     heap.emplace(load + tokens[s], count + 1, d);
   }
+}
+}  // namespace detail
+
+inline std::vector<int> assign_replicas(const std::vector<std::int64_t>& tokens, int dp,
+                                        const SampleAssignment& a, const std::string& who) {
+  std::vector<int> replica;
+  detail::assign_replicas_into(tokens, dp, a, who, replica);
   return replica;
 }
 

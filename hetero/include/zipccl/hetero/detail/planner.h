@@ -402,6 +402,8 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
     PlanOptions one = options;
     one.strategy = Strategy::direct;
     BoundaryPlan direct = make_plan(layout, encoder, batch, one, direction);
+    const Module& receiver = layout.modules()[direction == Direction::forward ? 0 : 1 + encoder];
+    if (receiver.sequence_parallel() || receiver.tp() == 1) return direct;  // one-rank parties: the same plan
     one.strategy = Strategy::scatter_allgather;
     BoundaryPlan relay = make_plan(layout, encoder, batch, one, direction);
     return max_sent(relay) < max_sent(direct) ? relay : direct;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -12,11 +13,19 @@
 namespace zipccl::hetero {
 namespace detail {
 
-// A module's placement with parties built on first use: per-rank planning touches few of them.
+// A module's placement with parties built on first use: per-rank planning touches few of them. Its
+// per-sample tables live in `tables`, which a RankPlanner keeps from one micro-batch to the next.
 class LazyPlacement {
  public:
-  LazyPlacement(const Module& m, const BoundaryBatch& batch)
-      : m_(m), batch_(batch), replica_of_(module_replicas(m, batch)), slot_(replica_of_.size()) {
+  LazyPlacement(const Module& m, const BoundaryBatch& batch, PlacementTables& tables)
+      : m_(m),
+        batch_(batch),
+        replica_of_(tables.replica_of),
+        slot_(tables.slot),
+        first_(tables.first),
+        by_replica_(tables.by_replica) {
+    assign_replicas_into(batch.tokens, m.dp(), batch.assignment(m), "module '" + m.name() + "'", replica_of_);
+    slot_.resize(replica_of_.size());
     per_cp_ = m.sequence_parallel() ? m.tp() : 1;
     combined_ = combined_input(m, batch);
     // Samples grouped by replica, ascending within each (a stable counting sort).
@@ -24,7 +33,8 @@ class LazyPlacement {
     for (int d : replica_of_) ++first_[d + 1];
     for (int d = 0; d < m.dp(); ++d) first_[d + 1] += first_[d];
     by_replica_.resize(replica_of_.size());
-    std::vector<int> next(first_.begin(), first_.end() - 1);
+    std::vector<int>& next = tables.next;
+    next.assign(first_.begin(), first_.end() - 1);
     for (int s = 0; s < static_cast<int>(replica_of_.size()); ++s) {
       const int d = replica_of_[s];
       slot_[s] = next[d] - first_[d];
@@ -32,6 +42,13 @@ class LazyPlacement {
     }
   }
 
+  const Module& module() const { return m_; }
+  bool combined() const { return combined_; }
+  int max_replica_samples() const {
+    int most = 0;
+    for (int d = 0; d < m_.dp(); ++d) most = std::max(most, first_[d + 1] - first_[d]);
+    return most;
+  }
   int replica_of(int s) const { return replica_of_[s]; }
   int slot(int s) const { return slot_[s]; }
   int parties_per_replica() const { return m_.cp() * per_cp_; }
@@ -54,6 +71,7 @@ class LazyPlacement {
     }
   }
   int party_size() const { return m_.sequence_parallel() ? 1 : m_.tp(); }
+  int replica_of_party(int index) const { return index / per_cp_ / m_.cp(); }
   // The samples of party `index` (its replica's), ascending.
   const int* samples_begin(int index) const { return by_replica_.data() + first_[replica_of_party(index)]; }
   const int* samples_end(int index) const { return by_replica_.data() + first_[replica_of_party(index) + 1]; }
@@ -100,6 +118,58 @@ class LazyPlacement {
     for (const BufferSegment& g : scratch_) rows += g.rows.size();
     return rows;
   }
+  // Bounds on the most boundary rows any one party keeps, over all parties of the module: O(samples
+  // x cp) for an image-only layout, where they are exact; O(samples) for the LLM's combined input,
+  // whose exact figure needs each replica's packing (then lo is the replica's share per party,
+  // hi the replica's whole load).
+  //  - A party (d, c, t) keeps, of each sample, cp rank c's zigzag chunks (local_c rows), then with
+  //    sequence parallelism tp rank t's piece split_point(local_c, t + 1, tp) - split_point(local_c,
+  //    t, tp). That piece is at most ceil(local_c / tp) for every t, and exactly that for t = tp - 1
+  //    (local_c - floor(local_c (tp - 1) / tp)), for all samples at once, so the replica's largest
+  //    party over t is the sum of ceil(local_c / tp): only the cp ranks need a pass.
+  //  - Consecutive samples of equal length repeat the previous sample's figures.
+  struct KeptRows {
+    std::int64_t lo = 0, hi = 0;
+  };
+  KeptRows max_kept_rows() {
+    KeptRows out;
+    const int cp = m_.cp();
+    const std::int64_t tp = per_cp_;
+    if (combined_) {
+      const std::int64_t parties = parties_per_replica();
+      for (int d = 0; d < m_.dp(); ++d) {
+        std::int64_t load = 0;
+        for (int i = first_[d]; i < first_[d + 1]; ++i) load += batch_.tokens[by_replica_[i]];
+        out.lo = std::max(out.lo, load / parties + (load % parties != 0));
+        out.hi = std::max(out.hi, load);
+      }
+      return out;
+    }
+    sums_.assign(cp, 0);
+    rows_of_n_.assign(cp, 0);
+    std::int64_t last = -1;
+    for (int d = 0; d < m_.dp(); ++d) {
+      std::fill(sums_.begin(), sums_.end(), 0);
+      for (int i = first_[d]; i < first_[d + 1]; ++i) {
+        const std::int64_t n = batch_.tokens[by_replica_[i]];
+        if (n != last) {
+          last = n;
+          for (int c = 0; c < cp; ++c) {
+            RowRange ch[2];
+            const int k = cp_chunks(n, cp, c, ch);
+            std::int64_t local = 0;
+            for (int j = 0; j < k; ++j) local += ch[j].size();
+            rows_of_n_[c] = local / tp + (local % tp != 0);
+          }
+        }
+        for (int c = 0; c < cp; ++c) sums_[c] += rows_of_n_[c];
+      }
+      for (int c = 0; c < cp; ++c) out.hi = std::max(out.hi, sums_[c]);
+    }
+    out.lo = out.hi;
+    return out;
+  }
+
   // thd_segments' row count for (replica d, cp c, tp t): the image positions of the packed local
   // sequence, as intervals shared by the tp parties of one (d, c), counted inside t's sp window.
   std::int64_t thd_kept_rows(int d, int c, int t) {
@@ -147,8 +217,7 @@ class LazyPlacement {
  private:
   const Module& m_;
   const BoundaryBatch& batch_;
-  std::vector<int> replica_of_, slot_, first_, by_replica_;
-  int replica_of_party(int index) const { return index / per_cp_ / m_.cp(); }
+  std::vector<int>&replica_of_, &slot_, &first_, &by_replica_;
 
   int per_cp_ = 1;
   bool combined_ = false;
@@ -161,14 +230,15 @@ class LazyPlacement {
   std::vector<RowRange> image_at_;      // ascending, disjoint
   std::vector<std::int64_t> covered_;   // image rows before each interval of image_at_, then the total
   std::int64_t thd_local_ = 0;
+  std::vector<std::int64_t> sums_, rows_of_n_;  // max_kept_rows' scratch, per cp rank
 };
 
 class RankPlanBuilder {
  public:
   RankPlanBuilder(const Layout& layout, int encoder, const BoundaryBatch& batch, Direction direction, int rank,
-                  std::size_t limit)
-      : ps_(layout.modules()[direction == Direction::forward ? 1 + encoder : 0], batch),
-        pd_(layout.modules()[direction == Direction::forward ? 0 : 1 + encoder], batch),
+                  std::size_t limit, RankWorkspace& workspace)
+      : ps_(layout.modules()[direction == Direction::forward ? 1 + encoder : 0], batch, workspace.source),
+        pd_(layout.modules()[direction == Direction::forward ? 0 : 1 + encoder], batch, workspace.destination),
         budget_(layout, encoder, direction, limit),
         rank_(rank),
         row_bytes_(batch.row_bytes()) {
@@ -451,7 +521,113 @@ class RankPlanBuilder {
   }
 
   // Planner::make_plan's choice for automatic: whether the world's busiest sender sends less under
-  // scatter_allgather than under direct, counted in rows without building transfers. A party none
+  // scatter_allgather than under direct. Decided from bounds where they suffice, in O(samples x cp)
+  // (image-only) or O(samples) (the LLM's combined input), plus, with both modules on shared ranks,
+  // O(members) per receiving party tried; otherwise counted exactly (exact_relay_sends_less).
+  //  - A receiving party of one rank is planned alike by both strategies: equal plans, and ties go
+  //    to direct.
+  //  - Modules on disjoint ranks: with A the most rows a source party keeps and B the most a
+  //    receiving party keeps (parties of k and m members), direct's busiest sender sends
+  //    ceil(A m / k) rows and scatter_allgather's max(ceil(A / k), ceil(B / m) (m - 1)) (see
+  //    exact_relay_sends_less). Given A in [lo, hi]: relay wins for every A >= lo once lo (m - 1) >= k
+  //    (then ceil(A / k) < ceil(A m / k)) and the relay term is below ceil(lo m / k); direct wins
+  //    when the relay term is at least ceil(hi m / k).
+  //  - Shared ranks: direct sends at most ceil(A m / k) anyway. A receiving party whose members
+  //    hold at most H of the R rows it keeps must relay each other row to its m - 1 other members,
+  //    so its busiest member relays at least ceil((R - H) (m - 1) / m) rows; one such party at or
+  //    above direct's figure settles direct.
+  //  - Shared ranks, relay's side (image-only): direct's source party with A rows has at most
+  //    min(k, m) members in any receiving party, so it sends at least ceil(A (m - min(k, m)) / k).
+  //    Under scatter_allgather a member j of party P ends with s_j relayed rows on top of its load
+  //    l_j <= ceil(A / k) as a holder, and relay_pieces fills one (range, holder) overlap at a time
+  //    among the u >= u' = max(2, m - min(k, m)) members lacking it, levelling (s + l) / (u - 1). A
+  //    water-fill never lifts a level above the larger of the old highest and the mean after the
+  //    fill, so each step leaves every member at most max(V + u - 2, W / u + 2u - 3), V the highest
+  //    s + l before it and W = sum of l + s at the end <= m ceil(A / k) + B (m - 1). With N steps
+  //    (at most 2 ranges of P times 2 p + 2 overlaps per sample, p source parties per replica, plus
+  //    the pool), every rank sends at most max(ceil(A / k), ceil(W / u') + 2m - 3) + N (m - 2) rows;
+  //    below direct's figure, that settles scatter_allgather.
+  bool world_relay_sends_less() {
+    if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
+    const std::int64_t m = pd_.party_size(), k = ps_.party_size();
+    if (m == 1) return false;
+    const LazyPlacement::KeptRows a = ps_.max_kept_rows();
+    const std::int64_t direct_hi = ceil_div(checked_mul(a.hi, m, "rows a source party sends under the direct strategy"), k);
+    const Module &src = ps_.module(), &dst = pd_.module();
+    if (src.end_rank() <= dst.first_rank() || dst.end_rank() <= src.first_rank()) {
+      const LazyPlacement::KeptRows b = pd_.max_kept_rows();
+      const std::int64_t relay_lo = ceil_div(b.lo, m) * (m - 1), relay_hi = ceil_div(b.hi, m) * (m - 1);
+      if (a.lo == a.hi && b.lo == b.hi) return std::max(ceil_div(a.hi, k), relay_hi) < direct_hi;
+      if (a.lo * (m - 1) >= k && relay_hi < ceil_div(a.lo * m, k)) return true;
+      if (relay_lo >= direct_hi) return false;
+    } else {
+      if (!ps_.combined() && !pd_.combined()) {
+        const std::int64_t b = pd_.max_kept_rows().hi, share = ceil_div(a.hi, k), outside = m - std::min(k, m);
+        const std::int64_t direct_lo = ceil_div(a.lo * outside, k);
+        const Int128 u = std::max<std::int64_t>(2, outside), w = Int128{m} * share + Int128{b} * (m - 1);
+        const Int128 steps = Int128{pd_.max_replica_samples()} * (2 * Int128{ps_.parties_per_replica()} + 2) + 1;
+        const Int128 relay_hi = std::max<Int128>(share, (w + u - 1) / u + 2 * m - 3) + steps * (m - 2);
+        if (relay_hi < direct_lo || (share < direct_lo && relay_surely_below(direct_lo))) return true;
+      }
+      for (int pi = 0; pi < pd_.num_parties(); ++pi) {
+        std::int64_t held = 0;
+        int last = -1;
+        pd_.for_each_member(pi, [&](int r) {  // members of one source party come in a row
+          const int q = ps_.party_of_rank(r);
+          if (q >= 0 && q != last) held += ps_.kept_rows(q);
+          last = q;
+        });
+        const std::int64_t pooled = pd_.kept_rows(pi) - held;
+        if (pooled > 0 && ceil_div(pooled * (m - 1), m) >= direct_hi) return false;
+      }
+    }
+    return exact_relay_sends_less();
+  }
+
+  // The relay side of the shared-ranks bound (world_relay_sends_less), party by party: W from each
+  // member's own source party (l_j <= ceil(kept / k)) and the relays P really needs - each row it
+  // keeps costs m - 1, less one per member of the source party holding it (none when all do) - and
+  // u' from the most members one source party has in P. True when every party's bound is below
+  // `direct_lo`. O(receiving parties x members + the samples of those members' source parties).
+  bool relay_surely_below(std::int64_t direct_lo) {
+    const std::int64_t m = pd_.party_size(), k = ps_.party_size();
+    const Int128 per_sample = 2 * Int128{ps_.parties_per_replica()} + 2;
+    for (int pi = 0; pi < pd_.num_parties(); ++pi) {
+      const int d = pd_.replica_of_party(pi);
+      member_parties_.clear();
+      pd_.for_each_member(pi, [&](int r) { member_parties_.push_back(ps_.party_of_rank(r)); });
+      std::sort(member_parties_.begin(), member_parties_.end());
+      Int128 w = Int128{pd_.kept_rows(pi)} * (m - 1);  // loads, plus relays: (m - 1) per row, less what members hold
+      std::int64_t highest = 0, most = 0;
+      for (std::size_t i = 0; i < member_parties_.size();) {
+        const int q = member_parties_[i];
+        std::size_t j = i;
+        while (j < member_parties_.size() && member_parties_[j] == q) ++j;
+        const std::int64_t c = static_cast<std::int64_t>(j - i);
+        i = j;
+        if (q < 0) continue;
+        const std::int64_t load = ceil_div(ps_.kept_rows(q), k);
+        highest = std::max(highest, load);
+        most = std::max(most, c);
+        std::int64_t held = 0;
+        for (const int* s = ps_.samples_begin(q); s != ps_.samples_end(q); ++s) {
+          if (pd_.replica_of(*s) != d) continue;
+          pd_.for_each_range(pi, *s, [&](RowRange want) {
+            ps_.for_each_range(q, *s, [&](RowRange have) {
+              held += std::max<std::int64_t>(0, std::min(want.end, have.end) - std::max(want.begin, have.begin));
+            });
+          });
+        }
+        w += Int128{load} * c - Int128{held} * std::min(c, m - 1);
+      }
+      const Int128 u = std::max<std::int64_t>(2, m - most);
+      const Int128 steps = Int128{pd_.samples_end(pi) - pd_.samples_begin(pi)} * per_sample + 1;
+      if (std::max<Int128>(highest, (w + u - 1) / u + 2 * m - 3) + steps * (m - 2) >= direct_lo) return false;
+    }
+    return true;
+  }
+
+  // The exact count behind world_relay_sends_less, in rows without building transfers. A party none
   // of whose members is in the other module's boundary parties has a closed form, since the
   // receiving parties of a replica partition each sample's rows and all have the same size:
   //  - source party Q: direct sends its rows once per receiving-party member, scatter_allgather
@@ -461,8 +637,7 @@ class RankPlanBuilder {
   //    to the m-1 others.
   // Parties with colocated members are counted exactly as the planner plans them (holder_rows,
   // party_plan), which costs their demands; the others cost their kept rows.
-  bool world_relay_sends_less() {
-    if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
+  bool exact_relay_sends_less() {
     std::unordered_map<int, std::int64_t> sent;  // ranks in both modules' parties: both terms
     std::int64_t direct_most = 0, relay_most = 0;
     const std::int64_t dst_size = pd_.party_size();
@@ -508,6 +683,7 @@ class RankPlanBuilder {
   std::int64_t row_bytes_;
   RankPlan out_;
   std::vector<Demand> stream_;
+  std::vector<int> member_parties_;  // relay_surely_below's scratch
   std::unordered_map<int, PartyPlan> party_plans_;
   std::unordered_map<int, std::pair<std::int64_t, std::int64_t>> holder_rows_;  // (scatter_allgather, direct)
 };
@@ -547,7 +723,8 @@ bool visit_batch_key(const BoundaryBatch& b, Direction direction, F&& f) {
   return true;
 }
 
-inline std::vector<std::int64_t> batch_key(const BoundaryBatch& b, Direction direction) {
+// The key into `key`, reusing its storage.
+inline void batch_key_into(const BoundaryBatch& b, Direction direction, std::vector<std::int64_t>& key) {
   struct Count {
     std::size_t n = 0;
     bool operator()(std::int64_t) { return ++n != 0; }
@@ -568,10 +745,22 @@ inline std::vector<std::int64_t> batch_key(const BoundaryBatch& b, Direction dir
       return true;
     }
   };
-  std::vector<std::int64_t> key;
+  key.clear();
   key.reserve(count.n);
   visit_batch_key(b, direction, Append{key});
-  return key;
+}
+
+// plan_rank with the caller's tables (RankPlanner keeps them between micro-batches).
+inline RankPlan plan_rank_in(RankWorkspace& workspace, const Layout& layout, int encoder, const BoundaryBatch& batch,
+                             Direction direction, int rank, const PlanOptions& options) {
+  if (rank < 0 || rank >= layout.world_size()) {
+    throw LayoutError("rank " + std::to_string(rank) + " is outside the world of " +
+                      std::to_string(layout.world_size()) + " ranks");
+  }
+  validate_batch(batch);
+  layout.encoder(encoder);  // throws for a bad index
+  check_boundary_fits(direction == Direction::forward ? layout.llm() : layout.encoder(encoder), batch);
+  return RankPlanBuilder(layout, encoder, batch, direction, rank, options.max_transfers, workspace).run(options.strategy);
 }
 
 inline bool same_key(const std::vector<std::int64_t>& key, const BoundaryBatch& b, Direction direction) {
@@ -593,14 +782,8 @@ inline bool same_key(const std::vector<std::int64_t>& key, const BoundaryBatch& 
 
 inline RankPlan plan_rank(const Layout& layout, int encoder, const BoundaryBatch& batch, Direction direction,
                           int rank, const PlanOptions& options) {
-  if (rank < 0 || rank >= layout.world_size()) {
-    throw LayoutError("rank " + std::to_string(rank) + " is outside the world of " +
-                      std::to_string(layout.world_size()) + " ranks");
-  }
-  validate_batch(batch);
-  layout.encoder(encoder);  // throws for a bad index
-  check_boundary_fits(direction == Direction::forward ? layout.llm() : layout.encoder(encoder), batch);
-  return detail::RankPlanBuilder(layout, encoder, batch, direction, rank, options.max_transfers).run(options.strategy);
+  detail::RankWorkspace workspace;
+  return detail::plan_rank_in(workspace, layout, encoder, batch, direction, rank, options);
 }
 
 inline RankSchedule make_schedule(const RankPlan& plan) {
@@ -621,10 +804,18 @@ inline const RankPlan& RankPlanner::plan(const BoundaryBatch& batch, Direction d
     }
   }
   ++misses_;
-  RankPlan plan = plan_rank(layout_, encoder_, batch, direction, rank_, options_);
-  entries_.push_front(Entry{detail::batch_key(batch, direction), std::move(plan)});
-  if (entries_.size() > capacity_) entries_.pop_back();
-  return entries_.front().plan;
+  RankPlan plan = detail::plan_rank_in(workspace_, layout_, encoder_, batch, direction, rank_, options_);
+  // A full cache recycles its least recently used entry, key storage included: no per-sample
+  // allocation in steady state.
+  if (entries_.size() >= capacity_) {
+    entries_.splice(entries_.begin(), entries_, std::prev(entries_.end()));
+  } else {
+    entries_.emplace_front();
+  }
+  Entry& entry = entries_.front();
+  entry.plan = std::move(plan);
+  detail::batch_key_into(batch, direction, entry.key);
+  return entry.plan;
 }
 
 }  // namespace zipccl::hetero
