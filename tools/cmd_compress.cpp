@@ -341,15 +341,12 @@ int cmd_compress(int argc, char** argv) {
   opt.isa = o.isa;
   opt.block_log2 = o.block_log2;
   auto read = [&](Slot& s, std::string* why) {
-    if (!s.in.reserve(chunk)) {
-      *why = "cannot allocate the " + std::to_string(o.frame_mib) + " MiB input buffer";
+    if (!in.take(chunk, &s.in, why) || s.in.lost()) {
+      *why = in.display_name() + ": " + (s.in.lost() ? kShrank : *why);
       return false;
     }
-    if (!in.read_full(s.in.data(), chunk, &s.in_len, why)) {
-      *why = in.display_name() + ": " + *why;
-      return false;
-    }
-    s.last = s.in_len < chunk;                // read_full comes back short only at the end
+    s.in_len = s.in.size();
+    s.last = s.in_len < chunk;                // take comes back short only at the end
     s.empty = s.in_len == 0 && s.index > 0;  // an empty input still gets its one (empty) frame
     return true;
   };
@@ -368,6 +365,10 @@ int cmd_compress(int argc, char** argv) {
                codec::Status::kOk;
       if (st != codec::Status::kOk) err = codec::status_string(st);
       s.result = s.out.data();
+    }
+    if (ok && s.in.lost()) {
+      ok = false;
+      err = kShrank;
     }
     if (!ok)
       *why = in.display_name() + ": encoding frame " + std::to_string(s.index) + (o.gpu ? " on the GPU" : "") +
@@ -415,7 +416,10 @@ int cmd_decompress(int argc, char** argv) {
       ok = st == codec::Status::kOk;
       err = codec::status_string(st);
     }
-    if (ok && s.result_len != s.expected) {
+    if (s.in.lost()) {  // first: what the decoder made of the zeros is beside the point
+      ok = false;
+      err = kShrank;
+    } else if (ok && s.result_len != s.expected) {
       ok = false;
       err = "decoded size disagrees with the header";
     }
