@@ -81,14 +81,18 @@ Pipeline::~Pipeline() {
 
 Slot* Pipeline::wait(uint64_t k, State s) {
   std::unique_lock<std::mutex> lock(m_);
-  cv_.wait(lock, [&] { return failed_ || state_[k % kSlots] == s; });
-  return failed_ ? nullptr : &slots_[k % kSlots];
+  // The coder's slot k takes the output buffer of slot k-2.
+  cv_.wait(lock, [&] { return failed_ || (state_[k % kSlots] == s && (s != kFilled || written_ + 2 > k)); });
+  if (failed_) return nullptr;
+  slots_[k % kSlots].out = &out_[k % 2];
+  return &slots_[k % kSlots];
 }
 
 void Pipeline::set(uint64_t k, State s) {
   {
     std::lock_guard<std::mutex> lock(m_);
     state_[k % kSlots] = s;
+    if (s == kFree) ++written_;
   }
   cv_.notify_all();
 }
