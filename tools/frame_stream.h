@@ -64,10 +64,8 @@ struct Slot {
 
 // Reads slot k on one thread while the caller codes slot k-1 and another thread writes slot k-2.
 // Each stage handles the slots in order; the first stage to fail stops the others. Only the coder and
-// the writer use an output buffer, so there are two, taken in turn: the coder starts slot k once slot
-// k-2 is written. Fewer buffers than slots stay warmer in the caches: when the writer keeps up
-// (/dev/null, a fast reader of a pipe), decoding into two 8 MiB buffers instead of three took ~5%
-// less time (BENCHMARKS.md section 8).
+// the writer use an output buffer, so there are two, taken in turn (the coder starts slot k once
+// slot k-2 is written): a third would only add to the memory and to what the caches hold.
 class Pipeline {
  public:
   Pipeline();
