@@ -342,7 +342,8 @@ int cmd_compress(int argc, char** argv) {
   opt.block_log2 = o.block_log2;
   auto read = [&](Slot& s, std::string* why) {
     if (!in.take(chunk, &s.in, why) || s.in.lost()) {
-      *why = in.display_name() + ": " + (s.in.lost() ? kShrank : *why);
+      *why = in.display_name() + ": " +
+             (s.in.lost() ? "input bytes from " + std::to_string(s.index * chunk) + " on: " + kShrank : *why);
       return false;
     }
     s.in_len = s.in.size();

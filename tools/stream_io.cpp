@@ -41,8 +41,11 @@ std::atomic<bool> g_claimed[kGuards];
 uintptr_t g_page = 4096;
 
 void on_sigbus(int sig, siginfo_t* info, void*) {
+  const int saved_errno = errno;  // the interrupted code may be about to read it
   const uintptr_t at = reinterpret_cast<uintptr_t>(info->si_addr);
+  // BUS_ADRERR: a page past the end of the file; memory errors and the like are not ours to mend.
   for (Guard& g : g_guards) {
+    if (info->si_code != BUS_ADRERR) break;
     const uintptr_t begin = g.begin.load(std::memory_order_acquire), end = g.end.load(std::memory_order_acquire);
     if (!begin || at < begin || at >= end) continue;
     const uintptr_t page = at & ~(g_page - 1);
@@ -51,6 +54,7 @@ void on_sigbus(int sig, siginfo_t* info, void*) {
                MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
       break;
     g.lost.store(true, std::memory_order_relaxed);
+    errno = saved_errno;
     return;
   }
   ::signal(sig, SIG_DFL);  // the faulting access repeats and now ends the process as it would have
@@ -86,6 +90,7 @@ void free_guard(int i) {
 // Faults [p, p + n) in on the calling thread, the reader, so that the coder finds the pages mapped.
 // EFAULT (the file is shorter than the mapping) marks the window lost; without the madvise (Linux
 // before 5.14) one read per page does the same work, a SIGBUS there going to the handler.
+// The fallback runs as fast here (fault-around maps 16 pages a fault; BENCHMARKS.md section 8).
 void populate(uint8_t* p, size_t n, int guard) {
   static std::atomic<bool> no_madvise{false};
   if (!no_madvise.load(std::memory_order_relaxed)) {
@@ -94,7 +99,7 @@ void populate(uint8_t* p, size_t n, int guard) {
       g_guards[guard].lost.store(true, std::memory_order_relaxed);
       return;
     }
-    no_madvise.store(true, std::memory_order_relaxed);
+    if (errno == EINVAL) no_madvise.store(true, std::memory_order_relaxed);
   }
   for (size_t i = 0; i < n; i += g_page) static_cast<void>(*static_cast<volatile uint8_t*>(p + i));
 }
