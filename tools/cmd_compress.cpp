@@ -347,7 +347,7 @@ int cmd_compress(int argc, char** argv) {
       return false;
     }
     s.in_len = s.in.size();
-    s.last = s.in_len < chunk;                // take comes back short only at the end
+    s.last = s.in_len < chunk;               // take comes back short only at the end
     s.empty = s.in_len == 0 && s.index > 0;  // an empty input still gets its one (empty) frame
     return true;
   };
@@ -362,8 +362,8 @@ int cmd_compress(int argc, char** argv) {
       s.result_len = s.gpu_frame.size();
     } else {
       ok = s.out->reserve(codec::max_encoded_size(chunk)) &&
-           (st = codec::encode(s.in.data(), s.in_len, s.out->data(), s.out->capacity(), &s.result_len, opt)) ==
-               codec::Status::kOk;
+           (st = codec::encode(s.in.data(), s.in_len, s.out->data(), s.out->capacity(), &s.result_len,
+                               opt)) == codec::Status::kOk;
       if (st != codec::Status::kOk) err = codec::status_string(st);
       s.result = s.out->data();
     }

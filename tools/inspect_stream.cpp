@@ -61,11 +61,11 @@ bool inspect_stream(const std::string& path, int threads, FILE* out, std::string
     size_t got = 0;
     codec::Status st = codec::Status::kOk;
     if (!back.reserve(static_cast<size_t>(info.original_size)) ||
-        (st = codec::decode(frame.data(), static_cast<size_t>(info.frame_size), back.data(), back.capacity(), &got,
-                            dopt)) != codec::Status::kOk ||
+        (st = codec::decode(frame.data(), static_cast<size_t>(info.frame_size), back.data(), back.capacity(),
+                            &got, dopt)) != codec::Status::kOk ||
         frame.lost()) {
-      *error = "frame " + std::to_string(reader.frames() - 1) + " at byte " + std::to_string(reader.offset()) +
-               ": " + (frame.lost() ? kShrank : codec::status_string(st));
+      *error = "frame " + std::to_string(reader.frames() - 1) + " at byte " +
+               std::to_string(reader.offset()) + ": " + (frame.lost() ? kShrank : codec::status_string(st));
       return false;
     }
     std::fprintf(out, "%7" PRIu64 " %14" PRIu64 "  %-5s  %-4s  %6u %12" PRIu64 " %12" PRIu64 " %8.3fx\n",

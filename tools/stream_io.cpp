@@ -46,7 +46,8 @@ void on_sigbus(int sig, siginfo_t* info, void*) {
   // BUS_ADRERR: a page past the end of the file; memory errors and the like are not ours to mend.
   for (Guard& g : g_guards) {
     if (info->si_code != BUS_ADRERR) break;
-    const uintptr_t begin = g.begin.load(std::memory_order_acquire), end = g.end.load(std::memory_order_acquire);
+    const uintptr_t begin = g.begin.load(std::memory_order_acquire),
+                    end = g.end.load(std::memory_order_acquire);
     if (!begin || at < begin || at >= end) continue;
     const uintptr_t page = at & ~(g_page - 1);
     // mmap is a plain system call, safe here in practice although POSIX does not list it.
@@ -148,7 +149,9 @@ bool InputFile::open(const std::string& name, std::string* why) {
   return true;
 }
 
-bool InputBytes::lost() const { return guard_ >= 0 && g_guards[guard_].lost.load(std::memory_order_relaxed); }
+bool InputBytes::lost() const {
+  return guard_ >= 0 && g_guards[guard_].lost.load(std::memory_order_relaxed);
+}
 
 void InputBytes::make_private(size_t n) {
   if (!map_) return;

@@ -26,8 +26,8 @@ done
 shift $((OPTIND - 1))
 [ $# -eq 2 ] || { sed -n '2,12p' "$0"; exit 2; }
 zipccl=$1 file=$2
-[ -x "$zipccl" ] && [ -f "$file" ] || { echo "stream_speed: need an executable and a file" >&2; exit 2; }
-[ -z "$other" ] || [ -x "$other" ] || { echo "stream_speed: $other is not executable" >&2; exit 2; }
+if [ ! -x "$zipccl" ] || [ ! -f "$file" ]; then echo "stream_speed: need an executable and a file" >&2; exit 2; fi
+if [ -n "$other" ] && [ ! -x "$other" ]; then echo "stream_speed: $other is not executable" >&2; exit 2; fi
 bytes=$(stat -c %s "$file")
 # The stream that decompress reads goes to tmpfs where there is one, so that it too is in memory.
 work=$(mktemp -d "$([ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/stream_speed.XXXXXX")

@@ -2,6 +2,8 @@
 // read in place, a pipe is read into a buffer, and a mapped file that shrinks under the reader gives
 // lost bytes (zeros and InputBytes::lost), never a SIGBUS that ends the process. The shrinking is
 // made deterministic by truncating the file between taking its bytes and using them.
+#include "stream_io.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "frame_stream.h"
-#include "stream_io.h"
 #include "temp_dir.h"
 #include "zipccl/codec.h"
 
@@ -38,7 +39,8 @@ Bytes encode_bf16(const uint8_t* p, size_t n) {
   size_t used = 0;
   zipccl::codec::EncodeOptions opt;
   opt.type = zipccl::codec::ElemType::kBf16;
-  if (zipccl::codec::encode(p, n, frame.data(), frame.size(), &used, opt) != zipccl::codec::Status::kOk) return {};
+  if (zipccl::codec::encode(p, n, frame.data(), frame.size(), &used, opt) != zipccl::codec::Status::kOk)
+    return {};
   frame.resize(used);
   return frame;
 }
@@ -188,8 +190,8 @@ TEST_F(StreamIo, AFramesHeaderIsPrivateToTheReader) {
   const int fd = ::open(path("in.zcc").c_str(), O_WRONLY);
   ASSERT_GE(fd, 0);
   const Bytes junk(16, 0xEE);
-  ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), 16), 16);           // the block count
-  ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), n - 3000), 16);     // payload, pages later
+  ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), 16), 16);        // the block count
+  ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), n - 3000), 16);  // payload, pages later
   ::close(fd);
   EXPECT_TRUE(std::equal(f.data() + 16, f.data() + 32, frame.begin() + 16));
   EXPECT_TRUE(std::equal(f.data() + n - 3000, f.data() + n - 2984, junk.begin()));
