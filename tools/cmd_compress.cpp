@@ -341,15 +341,13 @@ int cmd_compress(int argc, char** argv) {
   opt.isa = o.isa;
   opt.block_log2 = o.block_log2;
   auto read = [&](Slot& s, std::string* why) {
-    if (!s.in.reserve(chunk)) {
-      *why = "cannot allocate the " + std::to_string(o.frame_mib) + " MiB input buffer";
+    if (!in.take(chunk, &s.in, why) || s.in.lost()) {
+      *why = in.display_name() + ": " +
+             (s.in.lost() ? "input bytes from " + std::to_string(s.index * chunk) + " on: " + kShrank : *why);
       return false;
     }
-    if (!in.read_full(s.in.data(), chunk, &s.in_len, why)) {
-      *why = in.display_name() + ": " + *why;
-      return false;
-    }
-    s.last = s.in_len < chunk;                // read_full comes back short only at the end
+    s.in_len = s.in.size();
+    s.last = s.in_len < chunk;               // take comes back short only at the end
     s.empty = s.in_len == 0 && s.index > 0;  // an empty input still gets its one (empty) frame
     return true;
   };
@@ -363,11 +361,15 @@ int cmd_compress(int argc, char** argv) {
       s.result = s.gpu_frame.data();
       s.result_len = s.gpu_frame.size();
     } else {
-      ok = s.out.reserve(codec::max_encoded_size(chunk)) &&
-           (st = codec::encode(s.in.data(), s.in_len, s.out.data(), s.out.capacity(), &s.result_len, opt)) ==
-               codec::Status::kOk;
+      ok = s.out->reserve(codec::max_encoded_size(chunk)) &&
+           (st = codec::encode(s.in.data(), s.in_len, s.out->data(), s.out->capacity(), &s.result_len,
+                               opt)) == codec::Status::kOk;
       if (st != codec::Status::kOk) err = codec::status_string(st);
-      s.result = s.out.data();
+      s.result = s.out->data();
+    }
+    if (ok && s.in.lost()) {
+      ok = false;
+      err = kShrank;
     }
     if (!ok)
       *why = in.display_name() + ": encoding frame " + std::to_string(s.index) + (o.gpu ? " on the GPU" : "") +
@@ -390,6 +392,10 @@ int cmd_decompress(int argc, char** argv) {
   codec::DecodeOptions dopt;
   dopt.threads = o.threads;
   dopt.isa = o.isa;
+  // The two output buffers take turns with the input's pages in the caches, so the decoder's stores
+  // would mostly fetch lines only to evict them: streaming stores decoded 8 MiB frames 15% faster
+  // into /dev/null and no slower into a file, whose write() then copies from memory.
+  dopt.stream_out = true;
   auto read = [&](Slot& s, std::string* why) {
     codec::FrameInfo info{};
     if (!reader.next(&s.in, &info, why)) {
@@ -405,21 +411,24 @@ int cmd_decompress(int argc, char** argv) {
   auto code = [&](Slot& s, std::string* why) {
     if (s.empty) return true;
     std::string err = "cannot allocate " + std::to_string(s.expected) + " bytes for its output";
-    bool ok = s.out.reserve(s.expected);
+    bool ok = s.out->reserve(s.expected);
     if (ok && o.gpu) {
-      ok = gpu.decode(s.in.data(), s.in_len, s.out.data(), s.out.capacity(), &s.result_len, &err);
+      ok = gpu.decode(s.in.data(), s.in_len, s.out->data(), s.out->capacity(), &s.result_len, &err);
       if (!ok) err = "GPU decode: " + err;
     } else if (ok) {
       const codec::Status st =
-          codec::decode(s.in.data(), s.in_len, s.out.data(), s.out.capacity(), &s.result_len, dopt);
+          codec::decode(s.in.data(), s.in_len, s.out->data(), s.out->capacity(), &s.result_len, dopt);
       ok = st == codec::Status::kOk;
       err = codec::status_string(st);
     }
-    if (ok && s.result_len != s.expected) {
+    if (s.in.lost()) {  // first: what the decoder made of the zeros is beside the point
+      ok = false;
+      err = kShrank;
+    } else if (ok && s.result_len != s.expected) {
       ok = false;
       err = "decoded size disagrees with the header";
     }
-    s.result = s.out.data();
+    s.result = s.out->data();
     if (!ok)
       *why = in.display_name() + ": frame " + std::to_string(s.index) + " at byte " + std::to_string(s.offset) +
              ": " + err;

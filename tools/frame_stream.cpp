@@ -20,6 +20,8 @@ uint32_t load_le32(const uint8_t* p) {
 
 }  // namespace
 
+const char* const kShrank = "the file shrank while it was read (truncated)";
+
 bool starts_with_frame(const uint8_t* p, size_t n) {
   return n >= sizeof kMagic && p[0] == kMagic[0] && p[1] == kMagic[1] && p[2] == kMagic[2] && p[3] == kMagic[3];
 }
@@ -29,38 +31,40 @@ bool FrameReader::fail(const std::string& what, std::string* why) const {
   return false;
 }
 
-bool FrameReader::next(AlignedBuffer* buf, codec::FrameInfo* info, std::string* why) {
+bool FrameReader::next(InputBytes* frame, codec::FrameInfo* info, std::string* why) {
   offset_ = consumed_;
   info->frame_size = 0;
   std::string io_error;
-  size_t have = 0;
-  if (!buf->reserve(kHeaderBytes) || !in_->read_full(buf->data(), kHeaderBytes, &have, &io_error))
-    return fail(io_error.empty() ? "out of memory" : io_error, why);
-  if (have == 0) {
+  if (!in_->take(kHeaderBytes, frame, &io_error)) return fail(io_error, why);
+  if (frame->size() == 0) {
     if (frames_ > 0) return true;
     *why = "empty input is not a zipccl stream";
     return false;
   }
-  codec::Status st = codec::read_frame_info(buf->data(), have, info);
-  if (st == codec::Status::kTruncated && have == kHeaderBytes) {
+  codec::Status st = codec::read_frame_info(frame->data(), frame->size(), info);
+  if (st == codec::Status::kTruncated && frame->size() == kHeaderBytes) {
     // A coded frame: read_frame_info needs the block index too. The frame is at least that long,
     // so reading it never takes bytes of the next frame.
-    const size_t need = kHeaderBytes + 4 * size_t{load_le32(buf->data() + 16)} + 4;
-    size_t more = 0;
-    if (!buf->reserve(need, have)) return fail("cannot allocate the block index", why);
-    if (!in_->read_full(buf->data() + have, need - have, &more, &io_error)) return fail(io_error, why);
-    have += more;
-    st = codec::read_frame_info(buf->data(), have, info);
+    const size_t need = kHeaderBytes + 4 * size_t{load_le32(frame->data() + 16)} + 4;
+    if (!in_->extend(need, frame, &io_error)) return fail(io_error, why);
+    st = codec::read_frame_info(frame->data(), frame->size(), info);
   }
+  if (frame->lost()) return fail(kShrank, why);
   if (st == codec::Status::kTruncated) return fail("the input ends inside the frame (truncated)", why);
   if (st != codec::Status::kOk) return fail(codec::status_string(st), why);
-  if (info->frame_size < have) return fail("corrupt block index: the frame would end inside its own header", why);
+  if (info->frame_size < frame->size())
+    return fail("corrupt block index: the frame would end inside its own header", why);
   const size_t frame_size = static_cast<size_t>(info->frame_size);
-  if (!buf->reserve(frame_size, have))
-    return fail("cannot allocate " + std::to_string(frame_size) + " bytes for the frame", why);
-  size_t more = 0;
-  if (!in_->read_full(buf->data() + have, frame_size - have, &more, &io_error)) return fail(io_error, why);
-  if (have + more < frame_size) return fail("the input ends inside the frame (truncated)", why);
+  if (!in_->extend(frame_size, frame, &io_error)) return fail(io_error, why);
+  // decode() validates the header and block index and then reads them again: in a mapping they must
+  // not change in between, whatever writes to the file meanwhile. The header first, so that the block
+  // count that sizes the index is the one decode() will see.
+  if (frame->size() == frame_size) {
+    frame->make_private(kHeaderBytes);
+    frame->make_private(kHeaderBytes + 4 * size_t{load_le32(frame->data() + 16)} + 4);
+  }
+  if (frame->lost()) return fail(kShrank, why);
+  if (frame->size() < frame_size) return fail("the input ends inside the frame (truncated)", why);
   consumed_ += frame_size;
   ++frames_;
   return true;
@@ -77,14 +81,18 @@ Pipeline::~Pipeline() {
 
 Slot* Pipeline::wait(uint64_t k, State s) {
   std::unique_lock<std::mutex> lock(m_);
-  cv_.wait(lock, [&] { return failed_ || state_[k % kSlots] == s; });
-  return failed_ ? nullptr : &slots_[k % kSlots];
+  // The coder's slot k takes the output buffer of slot k-2.
+  cv_.wait(lock, [&] { return failed_ || (state_[k % kSlots] == s && (s != kFilled || written_ + 2 > k)); });
+  if (failed_) return nullptr;
+  slots_[k % kSlots].out = &out_[k % 2];
+  return &slots_[k % kSlots];
 }
 
 void Pipeline::set(uint64_t k, State s) {
   {
     std::lock_guard<std::mutex> lock(m_);
     state_[k % kSlots] = s;
+    if (s == kFree) ++written_;
   }
   cv_.notify_all();
 }

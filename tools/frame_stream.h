@@ -25,15 +25,18 @@ constexpr size_t kDefaultFrameInput = size_t{8} << 20;
 // True when the first bytes of `p` are a frame's magic number: a stream, not raw data.
 bool starts_with_frame(const uint8_t* p, size_t n);
 
-// Reads a stream one frame at a time into a reused buffer, reading exactly the frame's bytes (no
-// read-ahead to carry over), so that any sequence of valid frames of any sizes is accepted.
+// The message of a mapped input that lost bytes (InputBytes::lost) while a stage used them.
+extern const char* const kShrank;
+
+// Reads a stream one frame at a time, taking exactly the frame's bytes (no read-ahead to carry
+// over), so that any sequence of valid frames of any sizes is accepted.
 class FrameReader {
  public:
   explicit FrameReader(InputFile* in) : in_(in) {}
-  // Reads the next frame into *buf (grown as needed) and fills *info. At the clean end of the stream
-  // returns true with info->frame_size == 0. False with *why on a read error, a malformed header or
-  // a truncated frame; *why then names the frame and its offset. An empty input is not a stream.
-  bool next(AlignedBuffer* buf, codec::FrameInfo* info, std::string* why);
+  // Makes *frame hold the next frame and fills *info. At the clean end of the stream returns true
+  // with info->frame_size == 0. False with *why on a read error, a malformed header or a truncated
+  // frame; *why then names the frame and its offset. An empty input is not a stream.
+  bool next(InputBytes* frame, codec::FrameInfo* info, std::string* why);
   uint64_t frames() const { return frames_; }       // frames read so far
   uint64_t offset() const { return offset_; }       // offset of the frame last read (or of the end)
   uint64_t bytes_read() const { return consumed_; }  // bytes of the whole frames read so far
@@ -46,7 +49,8 @@ class FrameReader {
 
 // One unit of work in the pipeline: input bytes, and the bytes coded from them.
 struct Slot {
-  AlignedBuffer in, out;
+  InputBytes in;
+  AlignedBuffer* out = nullptr;  // where to code into: one of the pipeline's two (Pipeline::run)
   size_t in_len = 0;
   const uint8_t* result = nullptr;  // the coded bytes: into `out`, or `gpu_frame`
   size_t result_len = 0;
@@ -59,7 +63,9 @@ struct Slot {
 };
 
 // Reads slot k on one thread while the caller codes slot k-1 and another thread writes slot k-2.
-// Each stage handles the slots in order; the first stage to fail stops the others.
+// Each stage handles the slots in order; the first stage to fail stops the others. Only the coder and
+// the writer use an output buffer, so there are two, taken in turn (the coder starts slot k once
+// slot k-2 is written): a third would only add to the memory and to what the caches hold.
 class Pipeline {
  public:
   Pipeline();
@@ -85,6 +91,8 @@ class Pipeline {
   std::condition_variable cv_;
   Slot slots_[kSlots];
   State state_[kSlots] = {kFree, kFree, kFree};
+  AlignedBuffer out_[2];
+  uint64_t written_ = 0;  // slots the writer has finished
   bool failed_ = false;
   std::string why_;
   int wake_[2] = {-1, -1};

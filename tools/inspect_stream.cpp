@@ -49,7 +49,8 @@ bool inspect_stream(const std::string& path, int threads, FILE* out, std::string
   std::fprintf(out, "%7s %14s  %-5s  %-4s  %6s %12s %12s %9s\n", "frame", "offset", "kind", "type", "block",
                "bytes", "frame bytes", "ratio");
   FrameReader reader(&in);
-  AlignedBuffer frame, back;
+  InputBytes frame;
+  AlignedBuffer back;
   codec::DecodeOptions dopt;
   dopt.threads = threads;
   uint64_t raw = 0;
@@ -60,10 +61,11 @@ bool inspect_stream(const std::string& path, int threads, FILE* out, std::string
     size_t got = 0;
     codec::Status st = codec::Status::kOk;
     if (!back.reserve(static_cast<size_t>(info.original_size)) ||
-        (st = codec::decode(frame.data(), static_cast<size_t>(info.frame_size), back.data(), back.capacity(), &got,
-                            dopt)) != codec::Status::kOk) {
-      *error = "frame " + std::to_string(reader.frames() - 1) + " at byte " + std::to_string(reader.offset()) +
-               ": " + codec::status_string(st);
+        (st = codec::decode(frame.data(), static_cast<size_t>(info.frame_size), back.data(), back.capacity(),
+                            &got, dopt)) != codec::Status::kOk ||
+        frame.lost()) {
+      *error = "frame " + std::to_string(reader.frames() - 1) + " at byte " +
+               std::to_string(reader.offset()) + ": " + (frame.lost() ? kShrank : codec::status_string(st));
       return false;
     }
     std::fprintf(out, "%7" PRIu64 " %14" PRIu64 "  %-5s  %-4s  %6u %12" PRIu64 " %12" PRIu64 " %8.3fx\n",

@@ -312,7 +312,7 @@ Status decode(const void* src_v, size_t size, void* dst_v, size_t cap, size_t* o
     const Kernels& k = select_kernels(opt.force_scalar ? Isa::kScalar : opt.isa);
     // Outputs far beyond the caches (L2 is 1-2 MiB a core; a large L3 holds tens of MiB) are
     // written with streaming stores: no read for ownership of lines that would be evicted anyway.
-    const bool stream_out = h.n >= kStreamOutBytes;
+    const bool stream_out = h.n >= kStreamOutBytes || opt.stream_out;
     const int threads = int(std::min<uint64_t>(opt.threads, h.nblocks));
     if (threads == 1) {
       if (!decode_blocks(k, src, frame_end, l, type, lanes, 0, h.nblocks, dst, stream_out)) return Status::kCorrupt;

@@ -190,6 +190,21 @@ TEST(RoundTrip, LargeFramesDecodeWithStreamingStores) {
   }
 }
 
+// DecodeOptions::stream_out asks for streaming stores below the size threshold too: the same bytes,
+// and nothing written past the output, for bf16 and fp32 with partial last blocks and elements.
+TEST(RoundTrip, StreamingStoresOnRequest) {
+  const auto bf16 = testing::gaussian_bf16((size_t(1) << 20) + 3, 1.0, 22);
+  for (ElemType t : {ElemType::kBf16, ElemType::kFp32}) {
+    const std::vector<uint8_t> in(bf16.begin(), bf16.end() - (t == ElemType::kFp32 ? 1 : 0));
+    EncodeOptions eo;
+    eo.type = t;
+    DecodeOptions d;
+    d.stream_out = true;
+    Result r = round_trip(in.data(), in.size(), eo, d);
+    ASSERT_TRUE(r.back == in) << elem_type_name(t);
+  }
+}
+
 // Large encodes (the coders prefetching the next block's input and their output lines, kernels.h
 // Ahead) give the scalar set's frame, at odd and aligned frame addresses, one thread and two, bf16
 // (one RAW plane a block) and fp32 (three).
