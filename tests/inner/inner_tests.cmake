@@ -93,13 +93,15 @@ gtest_discover_tests(test_inner_errors TEST_PREFIX "inner.ofi.initfails." DISCOV
   --setenv=ZIPCCL_TEST_EXPECT_RESULT=any)
 
 # 4. Item 2's optional entries (getDeviceMr, irecvConsumed, makeVDevice, setNetAttr) and grouped
-#    receives, over a stand-in inner plugin that has them and one that lacks them (fake_inner.c).
+#    receives, over a stand-in inner plugin with a loopback data path that has them and one that lacks
+#    them (fake_inner.c).
 foreach(_extras 0 1)
   add_library(fake_inner_${_extras} SHARED ${PROJECT_SOURCE_DIR}/tests/inner/fake_inner.c)
   set_target_properties(fake_inner_${_extras} PROPERTIES OUTPUT_NAME nccl-net-fake-inner-${_extras}
     LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/inner C_VISIBILITY_PRESET hidden)
   target_include_directories(fake_inner_${_extras} PRIVATE ${PROJECT_SOURCE_DIR}/plugin)
   target_compile_definitions(fake_inner_${_extras} PRIVATE FAKE_INNER_EXTRAS=${_extras})
+  target_link_libraries(fake_inner_${_extras} PRIVATE Threads::Threads)
 endforeach()
 add_executable(test_inner_optional ${PROJECT_SOURCE_DIR}/tests/inner/test_inner_optional.cpp env_main.cpp)
 target_include_directories(test_inner_optional PRIVATE ${PROJECT_SOURCE_DIR}/plugin ${CMAKE_CURRENT_SOURCE_DIR})
@@ -111,3 +113,11 @@ gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.with." DISCOVER
   EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1)
 gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.without." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
   EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-0.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=0)
+# Grouped receives with every message compressed, and with none (then the inner carries exactly each
+# message's bytes and its header).
+foreach(_mode always never)
+  gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.with.${_mode}." DISCOVERY_TIMEOUT 60
+    TEST_FILTER "Abi/InnerGrouped.*" PROPERTIES LABELS cpu
+    EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
+    --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0)
+endforeach()

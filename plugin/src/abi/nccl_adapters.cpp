@@ -73,10 +73,11 @@ void fill_v9(int dev, const Properties& q, P* p) {
 
 ncclResult_t test_int(void* request, int* done, int* sizes) {
   return guard("test", [&] {
-    size_t n = 0;
-    ncclResult_t r = net_test(request, done, &n);
-    if (r == ncclSuccess && *done && sizes)
-      *sizes = n > static_cast<size_t>(INT_MAX) ? INT_MAX : static_cast<int>(n);
+    size_t n[kMaxRecvs] = {};
+    int count = 1;
+    ncclResult_t r = net_test(request, done, n, &count);
+    for (int i = 0; r == ncclSuccess && *done && sizes && i < count; ++i)
+      sizes[i] = n[i] > static_cast<size_t>(INT_MAX) ? INT_MAX : static_cast<int>(n[i]);
     return r;
   });
 }
@@ -130,10 +131,10 @@ ncclResult_t a_isend_p(void* sc, void* data, size_t size, int tag, void* mh, voi
 }
 ncclResult_t a_irecv_int(void* rc, int n, void** data, int* sizes, int* tags, void** mh, void** req) {
   return guard("irecv", [&] {
-    if (n != 1 || !sizes) return net_irecv(rc, n, data, nullptr, tags, mh, req);
-    size_t s;
-    ZIPCCL_CHECK(checked_size(sizes[0], &s));
-    return net_irecv(rc, n, data, &s, tags, mh, req);
+    if (n < 1 || n > kMaxRecvs || !sizes) return net_irecv(rc, n, data, nullptr, tags, mh, req);
+    size_t s[kMaxRecvs];
+    for (int i = 0; i < n; ++i) ZIPCCL_CHECK(checked_size(sizes[i], &s[i]));
+    return net_irecv(rc, n, data, s, tags, mh, req);
   });
 }
 ncclResult_t a_irecv(void* rc, int n, void** data, size_t* sizes, int* tags, void** mh, void** req) {

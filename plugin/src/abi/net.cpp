@@ -170,7 +170,7 @@ ncclResult_t net_properties(int dev, Properties* p) {
   p->port = d.port;
   p->latency = d.latency_us;
   p->max_comms = 65536;
-  p->max_recvs = 1;
+  p->max_recvs = d.max_recvs;
   p->max_bytes = d.max_bytes && d.max_bytes < INT_MAX ? d.max_bytes : INT_MAX;
   return ncclSuccess;
 }
@@ -296,12 +296,13 @@ ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes,
     ZIPCCL_WARN("irecv on something that is not a receive comm");
     return ncclInternalError;
   }
-  if (n != 1) {
-    ZIPCCL_WARN("irecv with %d grouped receives; zipccl advertises maxRecvs=1", n);
+  if (n < 1 || n > c->max_recvs() || !data || !sizes) {
+    ZIPCCL_WARN("irecv of %d grouped receives; this device's maxRecvs is %d", n, c->max_recvs());
     return ncclInternalError;
   }
-  return c->irecv(data[0], sizes[0], tags ? tags[0] : 0, is_device(mhandles ? mhandles[0] : nullptr), marked,
-                  request);
+  bool device[kMaxRecvs];
+  for (int i = 0; i < n; ++i) device[i] = is_device(mhandles ? mhandles[i] : nullptr);
+  return c->irecv(n, data, sizes, tags, device, marked, request);
 }
 
 // After a receive into device memory the NIC wrote (RDMA, GPUDirect), NCCL asks for a flush so the
@@ -334,16 +335,17 @@ ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** 
   return ncclSuccess;
 }
 
-ncclResult_t net_test(void* request, int* done, size_t* size) {
+ncclResult_t net_test(void* request, int* done, size_t* sizes, int* count) {
   *done = 0;
-  if (is_flush_request(request)) return test_flush_request(request, done, size);  // from net_iflush
+  *count = 1;
+  if (is_flush_request(request)) return test_flush_request(request, done, sizes);  // from net_iflush
   auto* h = static_cast<RequestHeader*>(request);
   if (!h || h->magic != kRequestMagic) {
     ZIPCCL_WARN("test on something that is not a live request");
     return ncclInternalError;
   }
-  if (h->is_send) return static_cast<SendComm*>(h->comm)->test(request, done, size);
-  return static_cast<RecvComm*>(h->comm)->test(request, done, size);
+  if (h->is_send) return static_cast<SendComm*>(h->comm)->test(request, done, sizes);
+  return static_cast<RecvComm*>(h->comm)->test(request, done, sizes, count);
 }
 
 ncclResult_t net_close_send(void* send_comm) {

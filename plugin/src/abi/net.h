@@ -8,6 +8,7 @@
 
 #include "nccl/net_common.h"
 #include "nccl/net_v12.h"
+#include "transport.h"
 
 namespace zipccl {
 namespace net {
@@ -45,8 +46,9 @@ ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* 
 ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
                        void** mhandles, void** request);
 ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request);
-// *size is the byte count sent, or the uncompressed byte count received.
-ncclResult_t net_test(void* request, int* done, size_t* size);
+// sizes (room for kMaxRecvs): the byte count sent, or the uncompressed byte counts received, one per
+// receive of the request (*count of them).
+ncclResult_t net_test(void* request, int* done, size_t* sizes, int* count);
 ncclResult_t net_close_send(void* send_comm);
 ncclResult_t net_close_recv(void* recv_comm);
 ncclResult_t net_close_listen(void* listen_comm);

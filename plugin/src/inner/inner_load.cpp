@@ -87,10 +87,11 @@ class ClientInner final : public InnerNet {
     *req = nullptr;
     return net_->iflush(rc, n, data, sizes, mhs, req);
   }
-  ncclResult_t test(void* req, int* done, size_t* size) override {
-    int s = 0;
-    ncclResult_t r = net_->test(req, done, &s);
-    if (size) *size = s < 0 ? 0 : static_cast<size_t>(s);
+  ncclResult_t test(void* req, int* done, size_t* sizes, int n) override {
+    int s[net_client::kMaxGroupedRecvs] = {};  // a grouped receive writes one size per receive
+    ncclResult_t r = net_->test(req, done, s);
+    for (int i = 0; sizes && i < n && i < net_client::kMaxGroupedRecvs; ++i)
+      sizes[i] = s[i] < 0 ? 0 : static_cast<size_t>(s[i]);
     return r;
   }
   ncclResult_t close_send(void* c) override { return net_->close_send(c); }
