@@ -75,15 +75,15 @@ TEST(InnerOptional, ForwardedOrRefusedAsTheInnerDoes) {
     EXPECT_EQ(p.all.vProps.ndevs, 1);
   }
 
-  // Entries NCCL never gets from zipccl, whatever the inner has.
+  // Entries NCCL never gets from zipccl, whatever the inner has; makeVDevice exactly when the inner
+  // has it (InnerVDevice below).
   for (auto* api : {v12.get(), v11.get()}) {
     EXPECT_FALSE(api->net().has(Entry::kGetDeviceMr)) << "v" << api->version();
     EXPECT_FALSE(api->net().has(Entry::kIrecvConsumed)) << "v" << api->version();
-    EXPECT_FALSE(api->net().has(Entry::kMakeVDevice)) << "v" << api->version();
+    EXPECT_EQ(api->net().has(Entry::kMakeVDevice), extras()) << "v" << api->version();
     EXPECT_TRUE(api->net().has(Entry::kSetNetAttr)) << "v" << api->version();
   }
   EXPECT_EQ(log_contains("offers device-side networking"), extras());
-  EXPECT_EQ(log_contains("can merge devices (makeVDevice)"), extras());
 
   // setNetAttr through both tables: the inner gets the attributes, on its own context.
   zipccl::net_client::NetAttr attr;
@@ -123,10 +123,120 @@ TEST(InnerOptional, ForwardedOrRefusedAsTheInnerDoes) {
 
 }  // namespace
 
-// ---- Grouped receives (NCCL's irecv with n > 1) over an inner plugin that has them ----
+// ---- makeVDevice: forwarded when the inner has it, the fused device one of zipccl's ----
 namespace {
 
-using zipccl_test::Clock;
+// One message over device `dev` of `api`, bit-exact (listen, connect and accept as NCCL loops them).
+void one_message(NetApi* api, int dev, size_t size) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void *lc = nullptr, *sc = nullptr, *rc = nullptr;
+  ASSERT_EQ(api->listen(dev, handle, &lc), ncclSuccess);
+  auto t0 = Clock::now();
+  while (!sc || !rc) {
+    if (!sc) {
+      ASSERT_EQ(api->connect(dev, handle, &sc), ncclSuccess);
+    }
+    if (!rc) {
+      ASSERT_EQ(api->accept(lc, &rc), ncclSuccess);
+    }
+    ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
+  }
+  std::vector<uint8_t> src = make_data(DataKind::kBf16Gauss, size, 7), dst(size);
+  void *rreq = nullptr, *sreq = nullptr;
+  ASSERT_EQ(api->irecv(rc, dst.data(), dst.size(), 3, nullptr, &rreq), ncclSuccess);
+  ASSERT_EQ(api->isend(sc, src.data(), src.size(), 3, nullptr, &sreq), ncclSuccess);
+  ASSERT_TRUE(rreq && sreq);
+  int rdone = 0, sdone = 0, got = -1, sent = -1;
+  while (!rdone || !sdone) {
+    if (!sdone) {
+      ASSERT_EQ(api->test(sreq, &sdone, &sent), ncclSuccess);
+    }
+    if (!rdone) {
+      ASSERT_EQ(api->test(rreq, &rdone, &got), ncclSuccess);
+    }
+    ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
+  }
+  EXPECT_EQ(got, static_cast<int>(size));
+  EXPECT_TRUE(src == dst);
+  EXPECT_EQ(api->close_send(sc), ncclSuccess);
+  EXPECT_EQ(api->close_recv(rc), ncclSuccess);
+  EXPECT_EQ(api->close_listen(lc), ncclSuccess);
+}
+
+TEST(InnerVDevice, FusedDeviceIsOneOfZipcclsDevices) {
+  ASSERT_TRUE(std::getenv("ZIPCCL_TEST_FAKE_EXTRAS")) << "run through CTest (tests/inner/inner_tests.cmake)";
+  auto v12 = load_api(12);
+  auto v9 = load_api(9);
+  ASSERT_TRUE(v12 && v9);
+  // Before init no inner plugin is open: the entry is NULL. Init sets it from the inner's table (NCCL
+  // reads it only after init).
+  EXPECT_FALSE(v12->net().has(Entry::kMakeVDevice));
+  ASSERT_EQ(v12->init(), ncclSuccess);
+  ASSERT_EQ(v9->init(), ncclSuccess);
+  FakeState* st = fake_state();
+  ASSERT_NE(st, nullptr);
+  EXPECT_EQ(v12->net().has(Entry::kMakeVDevice), extras());
+  EXPECT_EQ(v9->net().has(Entry::kMakeVDevice), extras());
+  int n = 0;
+  ASSERT_EQ(v12->devices(&n), ncclSuccess);
+  ASSERT_EQ(n, 2);
+  if (extras()) {
+    zipccl::net_client::VDeviceProps vp{};
+    vp.ndevs = 2;
+    vp.devs[0] = 0;
+    vp.devs[1] = 1;
+    int d = -1;
+    ASSERT_EQ(v12->net().make_vdevice(&d, &vp), ncclSuccess);
+    EXPECT_EQ(d, 2);
+    ASSERT_EQ(v12->devices(&n), ncclSuccess);
+    EXPECT_EQ(n, 3);
+    Props p;
+    ASSERT_EQ(v12->props(2, &p), ncclSuccess);  // the inner's properties of its new device
+    EXPECT_EQ(p.name, "fake-inner:fakeV0");
+    EXPECT_EQ(p.speed, 200000);
+    EXPECT_EQ(p.max_recvs, 8);
+    ASSERT_EQ(p.all.vProps.ndevs, 2);
+    EXPECT_EQ(p.all.vProps.devs[0], 0);
+    EXPECT_EQ(p.all.vProps.devs[1], 1);
+    ASSERT_EQ(v12->props(1, &p), ncclSuccess);  // a physical device is itself
+    EXPECT_EQ(p.all.vProps.ndevs, 1);
+    EXPECT_EQ(p.all.vProps.devs[0], 1);
+    // Through the v9 table (up to 4 devices per fusion), seen by both.
+    vp.devs[0] = 1;
+    vp.devs[1] = 0;
+    ASSERT_EQ(v9->net().make_vdevice(&d, &vp), ncclSuccess);
+    EXPECT_EQ(d, 3);
+    ASSERT_EQ(v9->props(3, &p), ncclSuccess);
+    EXPECT_EQ(p.name, "fake-inner:fakeV1");
+    ASSERT_EQ(p.all.vProps.ndevs, 2);
+    EXPECT_EQ(p.all.vProps.devs[0], 1);
+    ASSERT_EQ(v12->devices(&n), ncclSuccess);
+    EXPECT_EQ(n, 4);
+    // The inner's refusal comes back unchanged and adds nothing.
+    vp.devs[1] = 1;
+    EXPECT_EQ(v12->net().make_vdevice(&d, &vp), ncclInvalidArgument);
+    ASSERT_EQ(v12->devices(&n), ncclSuccess);
+    EXPECT_EQ(n, 4);
+    EXPECT_EQ(st->make_vdevice_calls, 3);
+    EXPECT_TRUE(log_contains("makeVDevice of 2 device(s) failed"));
+    // Data over a fused device.
+    one_message(v12.get(), 2, 1 << 20);
+    Props out;
+    EXPECT_EQ(v12->props(4, &out), ncclInvalidArgument);
+  } else {
+    EXPECT_EQ(st->make_vdevice_calls, 0);
+    one_message(v12.get(), 1, 1 << 20);
+  }
+  EXPECT_EQ(st->errors, 0);
+  EXPECT_EQ(v9->finalize(), ncclSuccess);
+  EXPECT_EQ(v12->finalize(), ncclSuccess);
+  EXPECT_EQ(st->finalizes, 1);
+}
+
+}  // namespace
+
+// ---- Grouped receives (NCCL's irecv with n > 1) over an inner plugin that has them ----
+namespace {
 
 struct Msg {
   int round, slot;  // the grouped receive and its place in it

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nccl/net_common.h"
 #include "nccl/net_v12.h"
@@ -28,6 +29,7 @@ struct InnerProps {
   int max_recvs = 1;
   size_t max_p2p_bytes = 0;  // 0: the plugin's ABI has no such field
   int net_device_type = 0;   // NCCL_NET_DEVICE_HOST, or a device-side (offload) protocol
+  std::vector<int> vdevs;    // vProps: the physical devices behind this one (itself for a physical one)
 };
 
 // Entries of the inner's table that zipccl's own tables do not simply pass through
@@ -67,6 +69,8 @@ class InnerNet {
   virtual bool has(InnerEntry e) const = 0;
   // On the one context zipccl initialised the inner with; ncclInternalError when the table lacks it.
   virtual ncclResult_t set_net_attr(ncclNetAttr_v12_t* attr) = 0;
+  // makeVDevice; ncclInternalError when the table lacks it.
+  virtual ncclResult_t make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props) = 0;
 };
 
 // Opens the plugin `name` as NCCL resolves NCCL_NET_PLUGIN ("ofi" -> libnccl-net-ofi.so; a path as

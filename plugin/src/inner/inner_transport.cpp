@@ -22,6 +22,7 @@
 #include "inner/inner_transport.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -43,7 +44,8 @@ constexpr int kSendSlots = 16;                     // transport messages in flig
 
 struct Inner {
   std::unique_ptr<InnerNet> net;
-  std::vector<InnerProps> props;
+  std::vector<InnerProps> props;  // grows with makeVDevice: read and grown under g_mu
+  std::atomic<bool> cuda{false};  // a device takes NCCL_PTR_CUDA
 };
 std::mutex g_mu;
 Inner* g_inner = nullptr;  // the open inner plugin; finalized and freed by finalize_inner_transport()
@@ -399,11 +401,7 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
 // it takes device buffers (NCCL_PTR_CUDA); otherwise zipccl's GPU path stages it through host memory
 // and the inner never sees it.
 ncclResult_t InnerSendConn::pin_memory(Registrations* regs, const MemDesc& mem) {
-  if (mem.device) {
-    bool cuda = false;
-    for (const InnerProps& p : g_inner->props) cuda = cuda || (p.ptr_support & NCCL_PTR_CUDA);
-    if (!cuda) return ncclSuccess;
-  }
+  if (mem.device && !g_inner->cuda.load()) return ncclSuccess;
   return regs->add(mem);
 }
 void InnerSendConn::unpin_memory(Registrations* regs, void* data) { regs->remove(data); }
@@ -708,10 +706,17 @@ class InnerTransport final : public Transport {
  public:
   explicit InnerTransport(Inner* in) : in_(in) {}
   const char* name() const override { return "inner"; }
-  int device_count() const override { return static_cast<int>(in_->props.size()); }
+  int device_count() const override {
+    std::lock_guard<std::mutex> lock(g_mu);
+    return static_cast<int>(in_->props.size());
+  }
   ncclResult_t device_info(int dev, DeviceInfo* info) const override {
-    if (dev < 0 || dev >= device_count()) return ncclInvalidArgument;
-    const InnerProps& p = in_->props[dev];
+    InnerProps p;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      if (dev < 0 || dev >= static_cast<int>(in_->props.size())) return ncclInvalidArgument;
+      p = in_->props[dev];
+    }
     info->name = std::string(in_->net->name()) + ":" + p.name;
     info->pci_path = p.pci_path;
     info->speed_mbps = p.speed > 0 ? p.speed : 10000;
@@ -721,7 +726,9 @@ class InnerTransport final : public Transport {
     info->host_ptr = (p.ptr_support & NCCL_PTR_HOST) != 0;
     // A codec frame is never larger than its message, so the inner's limit is exactly ours.
     info->max_bytes = p.max_p2p_bytes;
-    info->max_recvs = max_recvs(dev);
+    info->max_recvs = clamp_recvs(p.max_recvs);
+    // A virtual device (the inner's makeVDevice): NCCL finds its physical devices in vProps.
+    if (p.vdevs.size() > 1 || (p.vdevs.size() == 1 && p.vdevs[0] != dev)) info->vdevs = p.vdevs;
     return ncclSuccess;
   }
   // The handle is the inner plugin's own handle (both are NCCL_NET_HANDLE_MAXSIZE bytes).
@@ -745,10 +752,10 @@ class InnerTransport final : public Transport {
 
  private:
   // Grouped receives as the inner offers them on `dev`, up to zipccl's own limit.
+  static int clamp_recvs(int m) { return m < 1 ? 1 : m > kMaxRecvs ? kMaxRecvs : m; }
   int max_recvs(int dev) const {
-    if (dev < 0 || dev >= device_count()) return 1;
-    const int m = in_->props[dev].max_recvs;
-    return m < 1 ? 1 : m > kMaxRecvs ? kMaxRecvs : m;
+    std::lock_guard<std::mutex> lock(g_mu);
+    return dev < 0 || dev >= static_cast<int>(in_->props.size()) ? 1 : clamp_recvs(in_->props[dev].max_recvs);
   }
   Inner* in_;
 };
@@ -767,12 +774,6 @@ void refuse_device_side(const InnerNet& net, const std::vector<InnerProps>& prop
                 "NCCL_NET_DEVICE_HOST and its tables have no getDeviceMr/irecvConsumed",
                 net.name());
   }
-  if (net.has(InnerEntry::kMakeVDevice)) {
-    ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
-                "inner plugin %s can merge devices (makeVDevice); not offered through zipccl: NCCL uses its "
-                "devices one by one, as with a plugin without makeVDevice",
-                net.name());
-  }
 }
 
 }  // namespace
@@ -783,6 +784,26 @@ ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr, bool* forwarded) {
   if (!g_inner || !g_inner->net->has(InnerEntry::kSetNetAttr)) return ncclSuccess;
   *forwarded = true;
   INNER_CHECK(g_inner->net->set_net_attr(attr), "setNetAttr");
+  return ncclSuccess;
+}
+
+bool inner_has_make_vdevice() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_inner && g_inner->net->has(InnerEntry::kMakeVDevice);
+}
+
+ncclResult_t inner_make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_inner) return ncclInternalError;
+  INNER_CHECK(g_inner->net->make_vdevice(d, props), "makeVDevice of %d device(s)", props->ndevs);
+  int n = 0;
+  INNER_CHECK(g_inner->net->devices(&n), "devices after makeVDevice");
+  for (int i = static_cast<int>(g_inner->props.size()); i < n; ++i) {
+    InnerProps p;
+    INNER_CHECK(g_inner->net->properties(i, &p), "getProperties of its new device %d", i);
+    if (p.ptr_support & NCCL_PTR_CUDA) g_inner->cuda = true;
+    g_inner->props.push_back(std::move(p));
+  }
   return ncclSuccess;
 }
 
@@ -836,6 +857,7 @@ ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t log
   }
   refuse_device_side(*net, props);
   g_inner = new Inner{std::move(net), std::move(props)};
+  for (const InnerProps& p : g_inner->props) g_inner->cuda = g_inner->cuda || (p.ptr_support & NCCL_PTR_CUDA);
   g_transport = new InnerTransport(g_inner);
   *out = g_transport;
   return ncclSuccess;
