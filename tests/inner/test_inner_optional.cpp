@@ -302,6 +302,13 @@ std::vector<const Msg*> send_order(const std::vector<std::vector<Msg>>& rounds) 
   return order;
 }
 
+// ZIPCCL_TEST_PTR=cuda (test_inner_optional_emu, the GPU path's host emulation): registered buffers are
+// NCCL_PTR_CUDA, so groups mix device and host receives.
+int registered_type() {
+  const char* v = std::getenv("ZIPCCL_TEST_PTR");
+  return v && std::string(v) == "cuda" ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
+}
+
 class InnerGrouped : public ::testing::TestWithParam<int> {};
 
 TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
@@ -330,62 +337,32 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     EXPECT_EQ(req, nullptr);
   } else {
     const auto rounds = make_rounds();
-    // Receive buffers; the even rounds registered with zipccl (forwarded to the inner), the odd ones not
-    // (zipccl's bounce buffers).
-    std::vector<std::vector<std::vector<uint8_t>>> dst(rounds.size());
-    std::vector<std::vector<void*>> mhs(rounds.size());
-    std::vector<void*> reqs(rounds.size(), nullptr);
-    size_t total = 0;
-    for (size_t r = 0; r < rounds.size(); ++r) {
-      void* data[8];
-      size_t sizes[8];
-      int tags[8];
-      void* ph[8] = {};
-      const int n = static_cast<int>(rounds[r].size());
-      for (int k = 0; k < n; ++k) {
-        const Msg& m = rounds[r][k];
-        total += m.src.size();
-        dst[r].emplace_back(m.capacity + kCanary, kCanaryByte);
-        data[k] = dst[r][k].data();
-        sizes[k] = m.capacity;
-        tags[k] = m.tag;
-        void* mh = nullptr;
-        if (r % 2 == 0) {
-          ASSERT_EQ(net.reg_mr(rc, data[k], m.capacity + kCanary, NCCL_PTR_HOST, &mh), ncclSuccess);
-        }
-        mhs[r].push_back(mh);
-      }
-      // All rounds posted before anything is sent (NCCL posts up to NCCL_STEPS groups ahead).
-      auto t0 = Clock::now();
-      while (!reqs[r]) {
-        ASSERT_EQ(net.irecv(rc, n, data, sizes, tags, mhs[r].data(), ph, &reqs[r]), ncclSuccess);
-        ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
-      }
-    }
     const auto order = send_order(rounds);
-    std::vector<void*> sreqs(order.size(), nullptr);
-    std::vector<void*> smhs(order.size(), nullptr);
-    for (size_t i = 0; i < order.size(); ++i) {
-      if (i % 2 && !order[i]->src.empty()) {
-        ASSERT_EQ(net.reg_mr(sc, const_cast<uint8_t*>(order[i]->src.data()), order[i]->src.size(), NCCL_PTR_HOST,
-                             &smhs[i]),
-                  ncclSuccess);
-      }
-      auto t0 = Clock::now();
-      while (!sreqs[i]) {
-        ASSERT_EQ(net.isend(sc, const_cast<uint8_t*>(order[i]->src.data()), order[i]->src.size(), order[i]->tag,
-                            smhs[i], &sreqs[i]),
-                  ncclSuccess);
-        ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
-      }
+    // Buffers come from two pools per side, as NCCL's come from its registered buffers: pool 0
+    // registered with zipccl (host: forwarded to the inner; device: staged by the GPU path), pool 1 not
+    // (zipccl's bounce buffers). Receives: even rounds from pool 0. Sends: every other one.
+    std::vector<uint8_t> rpool[2], spool[2];
+    std::vector<std::vector<uint8_t*>> dst(rounds.size());
+    size_t rbytes[2] = {}, sbytes[2] = {}, total = 0;
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      for (const Msg& m : rounds[r]) rbytes[r % 2] += m.capacity + kCanary;
     }
-    // Drive everything to completion.
-    size_t open = order.size() + rounds.size();
+    for (size_t i = 0; i < order.size(); ++i) sbytes[i % 2] += order[i]->src.size() + 1;
+    for (int k = 0; k < 2; ++k) {
+      rpool[k].assign(rbytes[k], kCanaryByte);
+      spool[k].resize(sbytes[k]);
+    }
+    void* rmh = nullptr;
+    void* smh = nullptr;
+    ASSERT_EQ(net.reg_mr(rc, rpool[0].data(), rpool[0].size(), registered_type(), &rmh), ncclSuccess);
+    ASSERT_EQ(net.reg_mr(sc, spool[0].data(), spool[0].size(), registered_type(), &smh), ncclSuccess);
+    std::vector<void*> reqs(rounds.size(), nullptr), sreqs(order.size(), nullptr);
     std::vector<bool> sdone(order.size()), rdone(rounds.size());
-    auto t0 = Clock::now();
-    while (open) {
+    size_t open = order.size() + rounds.size();
+    // Tests every request once; a completed receive group is checked.
+    auto poll_all = [&] {
       for (size_t i = 0; i < order.size(); ++i) {
-        if (sdone[i]) continue;
+        if (!sreqs[i] || sdone[i]) continue;
         int done = 0, size = -1;
         ASSERT_EQ(net.test(sreqs[i], &done, &size), ncclSuccess);
         if (done) {
@@ -394,7 +371,7 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
         }
       }
       for (size_t r = 0; r < rounds.size(); ++r) {
-        if (rdone[r]) continue;
+        if (!reqs[r] || rdone[r]) continue;
         int done = 0;
         int sizes[8];
         std::fill(sizes, sizes + 8, -1);
@@ -404,14 +381,56 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
         --open;
         for (size_t k = 0; k < rounds[r].size(); ++k) {
           const Msg& m = rounds[r][k];
+          const uint8_t* got = dst[r][k];
           EXPECT_EQ(sizes[k], static_cast<int>(m.src.size())) << "round " << r << " receive " << k << " tag " << m.tag;
-          EXPECT_TRUE(std::equal(m.src.begin(), m.src.end(), dst[r][k].begin()))
+          EXPECT_TRUE(std::equal(m.src.begin(), m.src.end(), got))
               << "round " << r << " receive " << k << " tag " << m.tag << " holds another message";
-          EXPECT_TRUE(std::all_of(dst[r][k].begin() + m.capacity, dst[r][k].end(),
+          EXPECT_TRUE(std::all_of(got + m.capacity, got + m.capacity + kCanary,
                                   [](uint8_t b) { return b == kCanaryByte; }))
               << "round " << r << " receive " << k << ": written past the posted size";
         }
       }
+    };
+    // All rounds posted before anything is sent (NCCL posts up to NCCL_STEPS groups ahead).
+    size_t roff[2] = {};
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      void* data[8];
+      size_t sizes[8];
+      int tags[8];
+      void* mhs[8];
+      void* ph[8] = {};
+      const int n = static_cast<int>(rounds[r].size());
+      for (int k = 0; k < n; ++k) {
+        const Msg& m = rounds[r][k];
+        total += m.src.size();
+        dst[r].push_back(rpool[r % 2].data() + roff[r % 2]);
+        roff[r % 2] += m.capacity + kCanary;
+        data[k] = dst[r][k];
+        sizes[k] = m.capacity;
+        tags[k] = m.tag;
+        mhs[k] = r % 2 ? nullptr : rmh;
+      }
+      auto t0 = Clock::now();
+      while (!reqs[r]) {
+        ASSERT_EQ(net.irecv(rc, n, data, sizes, tags, mhs, ph, &reqs[r]), ncclSuccess);
+        ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0) << "irecv of round " << r;
+      }
+    }
+    size_t soff[2] = {};
+    auto t0 = Clock::now();
+    for (size_t i = 0; i < order.size(); ++i) {
+      uint8_t* src = spool[i % 2].data() + soff[i % 2];
+      soff[i % 2] += order[i]->src.size() + 1;
+      std::copy(order[i]->src.begin(), order[i]->src.end(), src);
+      while (!sreqs[i]) {
+        ASSERT_EQ(net.isend(sc, src, order[i]->src.size(), order[i]->tag, i % 2 ? nullptr : smh, &sreqs[i]),
+                  ncclSuccess);
+        if (!sreqs[i]) poll_all();
+        ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 20.0) << "isend " << i;
+      }
+    }
+    while (open) {
+      poll_all();
       ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 20.0)
           << open << " requests never completed (grouped receives not matched); the inner saw groups of up to "
           << st->max_group_seen << ", " << st->bytes_sent << " bytes sent, " << st->errors << " errors";
@@ -424,18 +443,8 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     } else if (mode && std::string(mode) == "never") {
       EXPECT_EQ(st->bytes_sent, total + 40 * order.size());  // each message: its bytes and a 40-byte header
     }
-    for (size_t i = 0; i < order.size(); ++i) {
-      if (smhs[i]) {
-        EXPECT_EQ(net.dereg_mr(sc, smhs[i]), ncclSuccess);
-      }
-    }
-    for (auto& round : mhs) {
-      for (void* mh : round) {
-        if (mh) {
-          EXPECT_EQ(net.dereg_mr(rc, mh), ncclSuccess);
-        }
-      }
-    }
+    EXPECT_EQ(net.dereg_mr(sc, smh), ncclSuccess);
+    EXPECT_EQ(net.dereg_mr(rc, rmh), ncclSuccess);
   }
   EXPECT_EQ(st->errors, 0);
   EXPECT_EQ(api->close_send(sc), ncclSuccess);
