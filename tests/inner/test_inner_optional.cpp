@@ -1,8 +1,9 @@
 // zipccl over a stand-in inner plugin (fake_inner.c) that has, or lacks, the optional entries
 // getDeviceMr, irecvConsumed, makeVDevice and setNetAttr, and grouped receives (maxRecvs 8):
 // setNetAttr reaches the inner's context when it has one (its result unchanged), the device-side
-// entries are never offered (with one INFO saying why when the inner has them), zipccl advertises the
-// inner's maxRecvs, and grouped receives (n > 1, tags, sends in another order than the receives) put
+// entries are never offered (with one INFO saying why when the inner has them), makeVDevice is
+// forwarded exactly when the inner has it (the fused device joins zipccl's devices), zipccl advertises
+// the inner's maxRecvs, and grouped receives (n > 1, tags, sends in another order than the receives) put
 // every message in the receive with its tag. docs/notes/inner.md. The case comes as --setenv
 // arguments (tests/inner/inner_tests.cmake):
 //   ZIPCCL_NET_INNER          the stand-in's file
