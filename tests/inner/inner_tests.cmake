@@ -118,19 +118,20 @@ foreach(_plugin nccl-net-zipccl nccl-net-zipccl-testing)
   add_dependencies(${_t} ${_plugin} fake_inner_0 fake_inner_1)
 endforeach()
 gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.with." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
-  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1)
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_MAX_REQUESTS=128)
 gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.without." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
-  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-0.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=0)
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-0.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=0 --setenv=ZIPCCL_MAX_REQUESTS=128)
 # Grouped receives with every message compressed, and with none (then the inner carries exactly each
-# message's bytes and its header).
+# message's bytes and its header). ZIPCCL_MAX_REQUESTS=128 everywhere here: the grouped test keeps 66
+# receives posted and sends 20 messages of one tag before the other tag's first.
 foreach(_mode always never)
   gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.with.${_mode}." DISCOVERY_TIMEOUT 60
     TEST_FILTER "Abi/InnerGrouped.*" PROPERTIES LABELS cpu
     EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
-    --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0)
+    --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_MAX_REQUESTS=128 --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0)
   gtest_discover_tests(test_inner_optional_emu TEST_PREFIX "inner.fake.with.gpuemu.${_mode}." DISCOVERY_TIMEOUT 60
     TEST_FILTER "Abi/InnerGrouped.*" PROPERTIES LABELS cpu
     EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
-    --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0
+    --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_MAX_REQUESTS=128 --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0
     ${ZIPCCL_GPU_SETENV})
 endforeach()

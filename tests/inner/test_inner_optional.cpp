@@ -251,10 +251,14 @@ constexpr uint8_t kCanaryByte = 0xa5;
 
 // Rounds of grouped receives: tags in an order unlike the send order, duplicates in one group,
 // sizes from 0 bytes to a few hundred KiB, exactly the posted size or less, compressible and random
-// data.
+// data. The last kAhead rounds are {10, 12} each, sent as when one of NCCL's channels runs ahead: all
+// of tag 10's messages first, which the inner cannot take before tag 12's come (more than 16, the
+// inner transport's send slots once; ZIPCCL_MAX_REQUESTS=128 in these runs, inner_tests.cmake).
+constexpr size_t kAhead = 20;
 std::vector<std::vector<Msg>> make_rounds() {
-  const std::vector<std::vector<int>> tags = {
+  std::vector<std::vector<int>> tags = {
       {5, 1, 7, 3, 0, 2, 6, 4}, {9, 4, 4, 11}, {2}, {6, 0, 3}, {8, 1, 5, 2, 7, 0, 3}, {3, 3, 3}};
+  for (size_t i = 0; i < kAhead; ++i) tags.push_back({10, 12});
   std::vector<std::vector<Msg>> rounds;
   for (size_t r = 0; r < tags.size(); ++r) {
     std::vector<Msg> round;
@@ -279,10 +283,11 @@ std::vector<std::vector<Msg>> make_rounds() {
 // order), and the first message of the next round goes ahead of the last one of this round when its
 // tag was already sent in this round (the inner must hold it back; zipccl must not wait on it).
 std::vector<const Msg*> send_order(const std::vector<std::vector<Msg>>& rounds) {
+  const size_t nfirst = rounds.size() - kAhead;
   std::vector<const Msg*> order;
-  for (const auto& round : rounds) {
+  for (size_t r = 0; r < nfirst; ++r) {
     std::vector<const Msg*> rev;
-    for (auto it = round.rbegin(); it != round.rend(); ++it) rev.push_back(&*it);
+    for (auto it = rounds[r].rbegin(); it != rounds[r].rend(); ++it) rev.push_back(&*it);
     // Restore the order among equal tags.
     for (size_t i = 0; i < rev.size(); ++i) {
       for (size_t j = i + 1; j < rev.size(); ++j) {
@@ -293,12 +298,16 @@ std::vector<const Msg*> send_order(const std::vector<std::vector<Msg>>& rounds) 
   }
   // Pull each round's first message ahead of the previous round's last when that is allowed.
   size_t at = 0;
-  for (size_t r = 0; r + 1 < rounds.size(); ++r) {
+  for (size_t r = 0; r + 1 < nfirst; ++r) {
     at += rounds[r].size();
     const Msg* next = order[at];
     bool sent_before = false;
     for (size_t i = at - rounds[r].size(); i + 1 < at; ++i) sent_before = sent_before || order[i]->tag == next->tag;
     if (sent_before && order[at - 1]->tag != next->tag) std::swap(order[at - 1], order[at]);
+  }
+  // The last rounds: one tag's messages for all of them, then the other's.
+  for (int slot = 0; slot < 2; ++slot) {
+    for (size_t r = nfirst; r < rounds.size(); ++r) order.push_back(&rounds[r][slot]);
   }
   return order;
 }

@@ -40,7 +40,6 @@ namespace net {
 namespace {
 
 constexpr size_t kHeaderBytes = kMetaBytes + 8;    // metadata + payload length (little-endian u64)
-constexpr int kSendSlots = 16;                     // transport messages in flight per send connection
 
 struct Inner {
   std::unique_ptr<InnerNet> net;
@@ -224,7 +223,8 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   // grouped: the inner's device takes grouped receives (maxRecvs > 1), so it matches sends to
   // receives by tag and messages with different tags need not be posted in order.
   InnerSendConn(InnerNet* net, void* comm, bool grouped)
-      : net_(net), comm_(comm), regs_(net, comm), ops_(kSendSlots), grouped_(grouped) {}
+      : net_(net), comm_(comm), regs_(net, comm), ops_(static_cast<size_t>(settings().max_requests)),
+        grouped_(grouped) {}
   ~InnerSendConn() override {
     int inflight = 0;
     for (const Op& o : ops_) inflight += o.hdr.in_flight() + o.pay.in_flight();
@@ -238,10 +238,11 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
     if (net_->close_send(comm_) != ncclSuccess) ZIPCCL_WARN("inner plugin %s: closeSend failed", inner_name());
   }
   ncclResult_t init() {
-    headers_.reset(new char[kHeaderBytes * kSendSlots]);
+    held_.reserve(2 * ops_.size());
+    headers_.reset(new char[kHeaderBytes * ops_.size()]);
     MemDesc m;
     m.data = headers_.get();
-    m.size = kHeaderBytes * kSendSlots;
+    m.size = kHeaderBytes * ops_.size();
     return regs_.add(m);
   }
 
@@ -249,8 +250,8 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
     *op = kNoOp;
     if (failed_) return ncclSystemError;
     int i = 0;
-    while (i < kSendSlots && ops_[i].used) ++i;
-    if (i == kSendSlots) return progress(kNoOp);
+    while (i < slots() && ops_[i].used) ++i;
+    if (i == slots()) return progress(kNoOp);
     Op& o = ops_[i];
     char* h = header(i);
     std::memcpy(h, meta, kMetaBytes);
@@ -282,7 +283,7 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
 
   ncclResult_t test(int op, bool* done) override {
     *done = false;
-    if (op < 0 || op >= kSendSlots || !ops_[op].used) return ncclInternalError;
+    if (op < 0 || op >= slots() || !ops_[op].used) return ncclInternalError;
     ncclResult_t r = progress(op);
     if (r != ncclSuccess) return r;
     Op& o = ops_[op];
@@ -320,6 +321,9 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
     Bounce bounce;
   };
   char* header(int i) { return headers_.get() + kHeaderBytes * i; }
+  // As many as the compressing layer's requests (ZIPCCL_MAX_REQUESTS): with grouped receives, sends the
+  // inner cannot take yet (a later group's) wait here, and must not keep out the message they wait for.
+  int slots() const { return static_cast<int>(ops_.size()); }
   ncclResult_t fail(ncclResult_t r) {
     failed_ = true;
     return r;
@@ -333,9 +337,8 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   // inner is filling (NCCL's IB semantics), and that one may still wait for a message posted after it:
   // another tag's, or the next header of the same tag when a group has the tag twice.
   ncclResult_t progress(int poll) {
-    int held[2 * kSendSlots];
-    int nheld = 0;
-    auto is_held = [&](int t) { return std::find(held, held + nheld, t) != held + nheld; };
+    held_.clear();
+    auto is_held = [&](int t) { return std::find(held_.begin(), held_.end(), t) != held_.end(); };
     for (auto it = queue_.begin(); it != queue_.end();) {
       int i = *it;
       Op& o = ops_[i];
@@ -363,8 +366,8 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
         continue;
       }
       if (!grouped_) break;
-      if (!o.hdr.posted && !is_held(htag)) held[nheld++] = htag;
-      if (!is_held(ptag)) held[nheld++] = ptag;
+      if (!o.hdr.posted && !is_held(htag)) held_.push_back(htag);
+      if (!is_held(ptag)) held_.push_back(ptag);
       ++it;
     }
     if (poll != kNoOp) {
@@ -387,12 +390,13 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   InnerNet* net_;
   void* comm_;
   Registrations regs_;
-  std::unique_ptr<char[]> headers_;  // kSendSlots headers, registered
+  std::unique_ptr<char[]> headers_;  // one header per op, registered
   std::vector<Op> ops_;
   std::deque<int> queue_;  // ops not fully posted, in post order
   Stall stall_;
   uint64_t delivered_ = 0, backlog_ = 0;
   int tag_ = 0;  // set_tag()
+  std::vector<int> held_;  // progress(): inner tags held back this call (capacity kept)
   bool grouped_;
   bool failed_ = false;
 };
