@@ -85,6 +85,7 @@ TEST(InnerOptional, ForwardedOrRefusedAsTheInnerDoes) {
     EXPECT_TRUE(api->net().has(Entry::kSetNetAttr)) << "v" << api->version();
   }
   EXPECT_EQ(log_contains("offers device-side networking"), extras());
+  EXPECT_EQ(log_contains("can fuse devices (makeVDevice): forwarded"), extras());
 
   // setNetAttr through both tables: the inner gets the attributes, on its own context.
   zipccl::net_client::NetAttr attr;

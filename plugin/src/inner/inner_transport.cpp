@@ -860,6 +860,11 @@ ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t log
                 p.max_comms, p.max_p2p_bytes, p.pci_path.empty() ? "-" : p.pci_path.c_str());
   }
   refuse_device_side(*net, props);
+  if (net->has(InnerEntry::kMakeVDevice)) {
+    ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
+                "inner plugin %s can fuse devices (makeVDevice): forwarded, a fused device becomes a zipccl device",
+                net->name());
+  }
   g_inner = new Inner{std::move(net), std::move(props)};
   for (const InnerProps& p : g_inner->props) g_inner->cuda = g_inner->cuda || (p.ptr_support & NCCL_PTR_CUDA);
   g_transport = new InnerTransport(g_inner);
