@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "nccl/net_common.h"
 
@@ -17,6 +18,8 @@ namespace net {
 
 constexpr size_t kMetaBytes = 32;
 constexpr int kNoOp = -1;
+// Most receives one grouped irecv may carry through zipccl (NCCL's IB transport offers 8).
+constexpr int kMaxRecvs = 8;
 
 struct DeviceInfo {
   std::string name;      // interface name, for logs and getProperties
@@ -28,6 +31,9 @@ struct DeviceInfo {
   int port = 0;
   bool host_ptr = true;  // false: the device cannot carry host memory (NCCL_PTR_HOST clear)
   size_t max_bytes = 0;  // largest message the device carries; 0: no limit below zipccl's own
+  int max_recvs = 1;     // receives one grouped irecv may carry (RecvConn::post_group), 1..kMaxRecvs
+  // The physical devices a virtual device (makeVDevice) fuses; empty: the device itself.
+  std::vector<int> vdevs;
 };
 
 class SendConn {
@@ -55,6 +61,10 @@ class SendConn {
   // post_target() (one per NCCL receive), so it says false and messages go whole there. Every
   // transport answers: a silent default would turn segments off unnoticed.
   virtual bool carries_segments() const = 0;
+  // NCCL's tag of the message that the following post()/post_staged() calls carry. Transports that
+  // pass tags on to grouped receives (the inner transport) keep it; default: ignored, messages match
+  // in order.
+  virtual void set_tag(int /*tag*/) {}
 };
 
 class RecvConn {
@@ -74,6 +84,15 @@ class RecvConn {
   // a transport that needs it sends nothing until it is called. Default: ignored.
   virtual ncclResult_t post_target(void* /*dst*/, size_t /*capacity*/, size_t /*staged_capacity*/) {
     return ncclSuccess;
+  }
+  // The receives of one grouped irecv (n <= max_group()), with NCCL's tags: each takes the one message
+  // sent with its tag; they are then peeked and received in this order (the i-th peek after them is
+  // receive i's message, whatever order the messages came in). Default: n == 1, post_target.
+  virtual int max_group() const { return 1; }
+  virtual ncclResult_t post_group(int n, void* const* dst, const size_t* capacity, const size_t* staged_capacity,
+                                  const int* /*tags*/) {
+    if (n != 1) return ncclInternalError;
+    return post_target(dst[0], capacity[0], staged_capacity[0]);
   }
   // Optional zero-copy path: when the payload of the message last peeked already lies in transport
   // memory (an RDMA staging slot), consumes the message as recv() would and returns that address;

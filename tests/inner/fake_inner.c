@@ -1,10 +1,20 @@
-/* A stand-in inner net plugin (ABI v12) for the optional entries zipccl must forward or refuse
- * (docs/notes/inner.md, "Optional entries"). It only lists devices and records the calls it gets;
- * nothing here moves data. Built twice (tests/inner/inner_tests.cmake):
+/* A stand-in inner net plugin (ABI v12) with an in-process loopback data path, for what zipccl must
+ * forward, refuse or match over another plugin (docs/notes/inner.md). Built twice
+ * (tests/inner/inner_tests.cmake):
  *   FAKE_INNER_EXTRAS=1: the table has getDeviceMr, irecvConsumed, makeVDevice and setNetAttr, and its
  *                        devices say maxRecvs 8 (grouped receives);
  *   FAKE_INNER_EXTRAS=0: those entries are NULL and maxRecvs is 1.
+ * Matching follows NCCL's documented contract as its IB transport implements it: receives are consumed
+ * one irecv (group) at a time in posting order; a send takes a free receive with its tag in the oldest
+ * group that still has free receives, and gets a NULL request (try again) when that group has none
+ * with its tag or nothing is posted yet. A send larger than its receive is an error, as are buffers not
+ * covered by a registration of this plugin. Data is copied at the send; a receive group completes when
+ * all its receives have their message.
  * The test reads fake_inner_state through dlopen(RTLD_NOLOAD) of the same file. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nccl/net_v12.h"
@@ -14,20 +24,39 @@ typedef struct {
   int set_net_attr_calls;
   void* set_net_attr_ctx;
   ncclNetAttr_v12_t last_attr;
-  int other_calls; /* getDeviceMr, irecvConsumed, makeVDevice: zipccl must never call them */
+  int other_calls; /* getDeviceMr, irecvConsumed: zipccl must never call them */
+  int make_vdevice_calls;
+  int max_group_seen;        /* the largest n of an irecv */
+  int out_of_order_sends;    /* sends that took a receive other than the first free one of their group */
+  unsigned long long bytes_sent;
+  int live_regs;             /* regMr minus deregMr */
+  int errors;                /* calls this plugin refused (bad buffer, oversized send, bad n) */
 } fake_inner_state_t;
 
 __attribute__((visibility("default"))) fake_inner_state_t fake_inner_state;
 
 static int g_ctx_marker;
-enum { kDevices = 2 };
+enum { kDevices = 2, kMaxDevices = 8, kMaxRecvs = FAKE_INNER_EXTRAS ? 8 : 1, kQueue = 512 };
 /* An attribute op this plugin refuses, to check that its result reaches NCCL unchanged. */
 enum { kRefusedOp = 999 };
 
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static ncclDebugLogger_t g_log;
+static int g_ndev = kDevices;
+static char g_names[kMaxDevices][16] = {"fake0", "fake1"};
+static ncclNetVDeviceProps_v12_t g_vprops[kMaxDevices];
+
+#define FAKE_WARN(...)                                                         \
+  do {                                                                         \
+    ++fake_inner_state.errors;                                                 \
+    if (g_log) g_log(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+
 static ncclResult_t f_init(void** ctx, uint64_t comm_id, ncclNetCommConfig_v12_t* cfg, ncclDebugLogger_t log,
                            ncclProfilerCallback_t prof) {
-  (void)comm_id, (void)cfg, (void)log, (void)prof;
+  (void)comm_id, (void)cfg, (void)prof;
   ++fake_inner_state.inits;
+  g_log = log;
   *ctx = &g_ctx_marker;
   return ncclSuccess;
 }
@@ -37,23 +66,32 @@ static ncclResult_t f_finalize(void* ctx) {
   return ncclSuccess;
 }
 static ncclResult_t f_devices(int* n) {
-  *n = kDevices;
+  pthread_mutex_lock(&g_mu);
+  *n = g_ndev;
+  pthread_mutex_unlock(&g_mu);
   return ncclSuccess;
 }
-static char g_names[kDevices][8] = {"fake0", "fake1"};
+/* Virtual devices (makeVDevice) fuse physical ones: their speeds add up. */
 static ncclResult_t f_props(int dev, ncclNetProperties_v12_t* p) {
-  if (dev < 0 || dev >= kDevices) return ncclInvalidArgument;
+  pthread_mutex_lock(&g_mu);
+  int ndev = g_ndev;
+  pthread_mutex_unlock(&g_mu);
+  if (dev < 0 || dev >= ndev) return ncclInvalidArgument;
   memset(p, 0, sizeof *p);
   p->name = g_names[dev];
   p->ptrSupport = NCCL_PTR_HOST;
   p->speed = 100000;
   p->latency = 1;
   p->maxComms = 1024;
-  p->maxRecvs = FAKE_INNER_EXTRAS ? 8 : 1;
+  p->maxRecvs = kMaxRecvs;
   p->netDeviceType = NCCL_NET_DEVICE_HOST;
   p->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
   p->vProps.ndevs = 1;
   p->vProps.devs[0] = dev;
+  if (dev >= kDevices) {
+    p->vProps = g_vprops[dev];
+    p->speed = 100000 * g_vprops[dev].ndevs;
+  }
   p->maxP2pBytes = (size_t)1 << 30;
   p->maxCollBytes = (size_t)1 << 30;
   p->maxMultiRequestSize = 1;
@@ -61,46 +99,219 @@ static ncclResult_t f_props(int dev, ncclNetProperties_v12_t* p) {
   p->planeId = NCCL_NET_ID_UNDEF;
   return ncclSuccess;
 }
-/* Data movement: not part of these tests. */
+
+/* ---- loopback data path ---- */
+typedef struct {
+  void* data;
+  size_t size;
+} fake_mr_t;
+
+enum { kSendReq = 1, kRecvReq = 2 };
+typedef struct {
+  int kind, n, filled;
+  size_t send_size;
+  void* data[8];
+  size_t size[8];
+  int tag[8];
+  int got_set[8];
+  size_t got[8];
+} fake_req_t;
+
+typedef struct {
+  fake_req_t* q[kQueue]; /* posted receive groups with free receives, oldest first */
+  int head, tail;
+  int refs;
+} fake_pipe_t;
+
+enum { kMaxPending = 64 };
+typedef struct {
+  uint64_t magic;
+  fake_pipe_t* pending[kMaxPending];
+  int npending;
+} fake_listen_t;
+static const uint64_t kListenMagic = 0x66616b656c697374ull;
+
+static int covered(void* mh, const void* data, size_t size) {
+  const fake_mr_t* m = (const fake_mr_t*)mh;
+  if (!m) return 0;
+  const char* p = (const char*)data;
+  return p >= (const char*)m->data && p + size <= (const char*)m->data + m->size;
+}
+
 static ncclResult_t f_listen(void* c, int d, void* h, void** l) {
-  (void)c, (void)d, (void)h, (void)l;
-  return ncclInternalError;
+  (void)c;
+  if (d < 0 || d >= g_ndev) return ncclInvalidArgument;
+  fake_listen_t* fl = (fake_listen_t*)calloc(1, sizeof *fl);
+  if (!fl) return ncclSystemError;
+  fl->magic = kListenMagic;
+  memset(h, 0, NCCL_NET_HANDLE_MAXSIZE);
+  memcpy(h, &fl, sizeof fl);
+  *l = fl;
+  return ncclSuccess;
 }
 static ncclResult_t f_connect(void* c, int d, void* h, void** s, ncclNetDeviceHandle_v12_t** dh) {
-  (void)c, (void)d, (void)h, (void)s, (void)dh;
-  return ncclInternalError;
+  (void)c, (void)dh;
+  *s = NULL;
+  if (d < 0 || d >= g_ndev) return ncclInvalidArgument;
+  fake_listen_t* fl;
+  memcpy(&fl, h, sizeof fl);
+  if (!fl || fl->magic != kListenMagic) return ncclInvalidArgument;
+  fake_pipe_t* p = (fake_pipe_t*)calloc(1, sizeof *p);
+  if (!p) return ncclSystemError;
+  p->refs = 2;
+  pthread_mutex_lock(&g_mu);
+  if (fl->npending == kMaxPending) {
+    pthread_mutex_unlock(&g_mu);
+    free(p);
+    return ncclSuccess; /* try again */
+  }
+  fl->pending[fl->npending++] = p;
+  pthread_mutex_unlock(&g_mu);
+  *s = p;
+  return ncclSuccess;
 }
 static ncclResult_t f_accept(void* l, void** r, ncclNetDeviceHandle_v12_t** dh) {
-  (void)l, (void)r, (void)dh;
-  return ncclInternalError;
+  (void)dh;
+  fake_listen_t* fl = (fake_listen_t*)l;
+  *r = NULL;
+  pthread_mutex_lock(&g_mu);
+  if (fl->npending > 0) {
+    *r = fl->pending[0];
+    memmove(fl->pending, fl->pending + 1, sizeof(fl->pending[0]) * (size_t)--fl->npending);
+  }
+  pthread_mutex_unlock(&g_mu);
+  return ncclSuccess;
 }
-static ncclResult_t f_reg(void* c, void* d, size_t s, int t, void** m) {
-  (void)c, (void)d, (void)s, (void)t, (void)m;
-  return ncclInternalError;
-}
-static ncclResult_t f_dereg(void* c, void* m) {
-  (void)c, (void)m;
-  return ncclInternalError;
-}
-static ncclResult_t f_isend(void* c, void* d, size_t s, int t, void* m, void* p, void** r) {
-  (void)c, (void)d, (void)s, (void)t, (void)m, (void)p, (void)r;
-  return ncclInternalError;
-}
-static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** m, void** p, void** r) {
-  (void)c, (void)n, (void)d, (void)s, (void)t, (void)m, (void)p, (void)r;
-  return ncclInternalError;
-}
-static ncclResult_t f_iflush(void* c, int n, void** d, int* s, void** m, void** r) {
-  (void)c, (void)n, (void)d, (void)s, (void)m, (void)r;
-  return ncclInternalError;
-}
-static ncclResult_t f_test(void* r, int* d, int* s) {
-  (void)r, (void)d, (void)s;
-  return ncclInternalError;
+static ncclResult_t f_close_listen(void* l) {
+  free(l);
+  return ncclSuccess;
 }
 static ncclResult_t f_close(void* c) {
+  fake_pipe_t* p = (fake_pipe_t*)c;
+  pthread_mutex_lock(&g_mu);
+  int last = --p->refs == 0;
+  pthread_mutex_unlock(&g_mu);
+  if (last) free(p);
+  return ncclSuccess;
+}
+static ncclResult_t f_reg(void* c, void* d, size_t s, int t, void** m) {
   (void)c;
-  return ncclInternalError;
+  if (t != NCCL_PTR_HOST) return ncclInternalError;
+  fake_mr_t* mr = (fake_mr_t*)malloc(sizeof *mr);
+  if (!mr) return ncclSystemError;
+  mr->data = d;
+  mr->size = s;
+  __atomic_add_fetch(&fake_inner_state.live_regs, 1, __ATOMIC_RELAXED);
+  *m = mr;
+  return ncclSuccess;
+}
+static ncclResult_t f_dereg(void* c, void* m) {
+  (void)c;
+  free(m);
+  __atomic_sub_fetch(&fake_inner_state.live_regs, 1, __ATOMIC_RELAXED);
+  return ncclSuccess;
+}
+static ncclResult_t f_isend(void* c, void* d, size_t s, int t, void* m, void* ph, void** r) {
+  (void)ph;
+  fake_pipe_t* p = (fake_pipe_t*)c;
+  *r = NULL;
+  if (!covered(m, d, s)) {
+    FAKE_WARN("fake-inner: isend of %zu bytes at %p outside its registration", s, d);
+    return ncclInternalError;
+  }
+  fake_req_t* req = (fake_req_t*)calloc(1, sizeof *req);
+  if (!req) return ncclSystemError;
+  pthread_mutex_lock(&g_mu);
+  fake_req_t* g = p->head != p->tail ? p->q[p->head % kQueue] : NULL;
+  int k = -1, first_free = -1;
+  for (int i = 0; g && i < g->n; ++i) {
+    if (g->got_set[i]) continue;
+    if (first_free < 0) first_free = i;
+    if (g->tag[i] == t) {
+      k = i;
+      break;
+    }
+  }
+  if (k < 0) { /* nothing posted, or this group has no free receive with this tag: try again */
+    pthread_mutex_unlock(&g_mu);
+    free(req);
+    return ncclSuccess;
+  }
+  if (s > g->size[k]) {
+    pthread_mutex_unlock(&g_mu);
+    free(req);
+    FAKE_WARN("fake-inner: a %zu-byte send (tag %d) for a %zu-byte receive", s, t, g->size[k]);
+    return ncclInternalError;
+  }
+  if (k != first_free) ++fake_inner_state.out_of_order_sends;
+  if (s) memcpy(g->data[k], d, s);
+  g->got_set[k] = 1;
+  g->got[k] = s;
+  if (++g->filled == g->n) ++p->head;
+  fake_inner_state.bytes_sent += s;
+  pthread_mutex_unlock(&g_mu);
+  req->kind = kSendReq;
+  req->send_size = s;
+  *r = req;
+  return ncclSuccess;
+}
+static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** m, void** ph, void** r) {
+  (void)ph;
+  fake_pipe_t* p = (fake_pipe_t*)c;
+  *r = NULL;
+  if (n < 1 || n > kMaxRecvs) {
+    FAKE_WARN("fake-inner: irecv of %d receives (maxRecvs %d)", n, kMaxRecvs);
+    return ncclInternalError;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!covered(m[i], d[i], s[i])) {
+      FAKE_WARN("fake-inner: irecv of %zu bytes at %p outside its registration", s[i], d[i]);
+      return ncclInternalError;
+    }
+  }
+  fake_req_t* req = (fake_req_t*)calloc(1, sizeof *req);
+  if (!req) return ncclSystemError;
+  req->kind = kRecvReq;
+  req->n = n;
+  for (int i = 0; i < n; ++i) {
+    req->data[i] = d[i];
+    req->size[i] = s[i];
+    req->tag[i] = t[i];
+  }
+  pthread_mutex_lock(&g_mu);
+  if (p->tail - p->head == kQueue) {
+    pthread_mutex_unlock(&g_mu);
+    free(req);
+    return ncclSuccess;
+  }
+  p->q[p->tail++ % kQueue] = req;
+  if (n > fake_inner_state.max_group_seen) fake_inner_state.max_group_seen = n;
+  pthread_mutex_unlock(&g_mu);
+  *r = req;
+  return ncclSuccess;
+}
+static ncclResult_t f_iflush(void* c, int n, void** d, int* s, void** m, void** r) {
+  (void)c, (void)n, (void)d, (void)s, (void)m;
+  *r = NULL;
+  return ncclSuccess;
+}
+static ncclResult_t f_test(void* r, int* done, int* sizes) {
+  fake_req_t* req = (fake_req_t*)r;
+  *done = 0;
+  if (req->kind == kSendReq) {
+    *done = 1;
+    if (sizes) sizes[0] = (int)req->send_size;
+    free(req);
+    return ncclSuccess;
+  }
+  pthread_mutex_lock(&g_mu);
+  int complete = req->filled == req->n;
+  pthread_mutex_unlock(&g_mu);
+  if (!complete) return ncclSuccess;
+  *done = 1;
+  for (int i = 0; sizes && i < req->n; ++i) sizes[i] = (int)req->got[i];
+  free(req);
+  return ncclSuccess;
 }
 
 #if FAKE_INNER_EXTRAS
@@ -114,10 +325,28 @@ static ncclResult_t f_irecv_consumed(void* c, int n, void* r) {
   ++fake_inner_state.other_calls;
   return ncclSuccess;
 }
+/* Fuses 2..NCCL_NET_MAX_DEVS_PER_NIC_V12 distinct physical devices into a new one; anything else is
+ * refused with ncclInvalidArgument. */
 static ncclResult_t f_make_vdevice(int* d, ncclNetVDeviceProps_v12_t* p) {
-  (void)p;
-  ++fake_inner_state.other_calls;
-  *d = kDevices;
+  ++fake_inner_state.make_vdevice_calls;
+  if (p->ndevs < 2 || p->ndevs > NCCL_NET_MAX_DEVS_PER_NIC_V12) return ncclInvalidArgument;
+  for (int i = 0; i < p->ndevs; ++i) {
+    if (p->devs[i] < 0 || p->devs[i] >= kDevices) return ncclInvalidArgument;
+    for (int j = 0; j < i; ++j) {
+      if (p->devs[j] == p->devs[i]) return ncclInvalidArgument;
+    }
+  }
+  pthread_mutex_lock(&g_mu);
+  if (g_ndev == kMaxDevices) {
+    pthread_mutex_unlock(&g_mu);
+    return ncclInvalidArgument;
+  }
+  int v = g_ndev;
+  g_vprops[v] = *p;
+  snprintf(g_names[v], sizeof g_names[v], "fakeV%d", v - kDevices);
+  g_ndev = v + 1;
+  pthread_mutex_unlock(&g_mu);
+  *d = v;
   return ncclSuccess;
 }
 static ncclResult_t f_set_net_attr(void* ctx, ncclNetAttr_v12_t* a) {
@@ -148,7 +377,7 @@ __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
     .test = f_test,
     .closeSend = f_close,
     .closeRecv = f_close,
-    .closeListen = f_close,
+    .closeListen = f_close_listen,
     .getDeviceMr = F_EXTRA(f_get_device_mr),
     .irecvConsumed = F_EXTRA(f_irecv_consumed),
     .makeVDevice = F_EXTRA(f_make_vdevice),

@@ -93,21 +93,45 @@ gtest_discover_tests(test_inner_errors TEST_PREFIX "inner.ofi.initfails." DISCOV
   --setenv=ZIPCCL_TEST_EXPECT_RESULT=any)
 
 # 4. Item 2's optional entries (getDeviceMr, irecvConsumed, makeVDevice, setNetAttr) and grouped
-#    receives, over a stand-in inner plugin that has them and one that lacks them (fake_inner.c).
+#    receives, over a stand-in inner plugin with a loopback data path that has them and one that lacks
+#    them (fake_inner.c).
 foreach(_extras 0 1)
   add_library(fake_inner_${_extras} SHARED ${PROJECT_SOURCE_DIR}/tests/inner/fake_inner.c)
   set_target_properties(fake_inner_${_extras} PROPERTIES OUTPUT_NAME nccl-net-fake-inner-${_extras}
     LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/inner C_VISIBILITY_PRESET hidden)
   target_include_directories(fake_inner_${_extras} PRIVATE ${PROJECT_SOURCE_DIR}/plugin)
   target_compile_definitions(fake_inner_${_extras} PRIVATE FAKE_INNER_EXTRAS=${_extras})
+  target_link_libraries(fake_inner_${_extras} PRIVATE Threads::Threads)
 endforeach()
-add_executable(test_inner_optional ${PROJECT_SOURCE_DIR}/tests/inner/test_inner_optional.cpp env_main.cpp)
-target_include_directories(test_inner_optional PRIVATE ${PROJECT_SOURCE_DIR}/plugin ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_definitions(test_inner_optional PRIVATE ${ZIPCCL_PLUGIN_DEFS})
-target_link_libraries(test_inner_optional PRIVATE GTest::gtest Threads::Threads zipccl_net_client ${CMAKE_DL_LIBS})
-target_compile_options(test_inner_optional PRIVATE -Wall -Wextra)
-add_dependencies(test_inner_optional nccl-net-zipccl fake_inner_0 fake_inner_1)
+# test_inner_optional_emu: the same tests through the plugin built with the GPU path's host emulation,
+# for grouped receives into (emulated) device buffers.
+foreach(_plugin nccl-net-zipccl nccl-net-zipccl-testing)
+  set(_t test_inner_optional)
+  if(_plugin STREQUAL "nccl-net-zipccl-testing")
+    set(_t test_inner_optional_emu)
+  endif()
+  add_executable(${_t} ${PROJECT_SOURCE_DIR}/tests/inner/test_inner_optional.cpp env_main.cpp)
+  target_include_directories(${_t} PRIVATE ${PROJECT_SOURCE_DIR}/plugin ${CMAKE_CURRENT_SOURCE_DIR})
+  target_compile_definitions(${_t} PRIVATE ZIPCCL_PLUGIN_PATH="$<TARGET_FILE:${_plugin}>")
+  target_link_libraries(${_t} PRIVATE GTest::gtest Threads::Threads zipccl_net_client ${CMAKE_DL_LIBS})
+  target_compile_options(${_t} PRIVATE -Wall -Wextra)
+  add_dependencies(${_t} ${_plugin} fake_inner_0 fake_inner_1)
+endforeach()
 gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.with." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
-  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1)
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_MAX_REQUESTS=128)
 gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.without." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
-  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-0.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=0)
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-0.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=0 --setenv=ZIPCCL_MAX_REQUESTS=128)
+# Grouped receives with every message compressed, and with none (then the inner carries exactly each
+# message's bytes and its header). ZIPCCL_MAX_REQUESTS=128 everywhere here: the grouped test keeps 66
+# receives posted and sends 20 messages of one tag before the other tag's first.
+foreach(_mode always never)
+  gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.with.${_mode}." DISCOVERY_TIMEOUT 60
+    TEST_FILTER "Abi/InnerGrouped.*" PROPERTIES LABELS cpu
+    EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
+    --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_MAX_REQUESTS=128 --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0)
+  gtest_discover_tests(test_inner_optional_emu TEST_PREFIX "inner.fake.with.gpuemu.${_mode}." DISCOVERY_TIMEOUT 60
+    TEST_FILTER "Abi/InnerGrouped.*" PROPERTIES LABELS cpu
+    EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
+    --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_MAX_REQUESTS=128 --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0
+    ${ZIPCCL_GPU_SETENV})
+endforeach()

@@ -67,16 +67,22 @@ void fill_v9(int dev, const Properties& q, P* p) {
   p->forceFlush = 0;
   p->vProps.ndevs = 1;
   p->vProps.devs[0] = dev;
+  constexpr int kMaxDevs = sizeof(p->vProps.devs) / sizeof(p->vProps.devs[0]);
+  if (q.nvdevs > 0 && q.nvdevs <= kMaxDevs) {  // a virtual device (makeVDevice)
+    p->vProps.ndevs = q.nvdevs;
+    for (int i = 0; i < q.nvdevs; ++i) p->vProps.devs[i] = q.vdevs[i];
+  }
   p->maxP2pBytes = q.max_bytes;
   p->maxCollBytes = q.max_bytes;
 }
 
 ncclResult_t test_int(void* request, int* done, int* sizes) {
   return guard("test", [&] {
-    size_t n = 0;
-    ncclResult_t r = net_test(request, done, &n);
-    if (r == ncclSuccess && *done && sizes)
-      *sizes = n > static_cast<size_t>(INT_MAX) ? INT_MAX : static_cast<int>(n);
+    size_t n[kMaxRecvs] = {};
+    int count = 1;
+    ncclResult_t r = net_test(request, done, n, &count);
+    for (int i = 0; r == ncclSuccess && *done && sizes && i < count; ++i)
+      sizes[i] = n[i] > static_cast<size_t>(INT_MAX) ? INT_MAX : static_cast<int>(n[i]);
     return r;
   });
 }
@@ -130,10 +136,10 @@ ncclResult_t a_isend_p(void* sc, void* data, size_t size, int tag, void* mh, voi
 }
 ncclResult_t a_irecv_int(void* rc, int n, void** data, int* sizes, int* tags, void** mh, void** req) {
   return guard("irecv", [&] {
-    if (n != 1 || !sizes) return net_irecv(rc, n, data, nullptr, tags, mh, req);
-    size_t s;
-    ZIPCCL_CHECK(checked_size(sizes[0], &s));
-    return net_irecv(rc, n, data, &s, tags, mh, req);
+    if (n < 1 || n > kMaxRecvs || !sizes) return net_irecv(rc, n, data, nullptr, tags, mh, req);
+    size_t s[kMaxRecvs];
+    for (int i = 0; i < n; ++i) ZIPCCL_CHECK(checked_size(sizes[i], &s[i]));
+    return net_irecv(rc, n, data, s, tags, mh, req);
   });
 }
 ncclResult_t a_irecv(void* rc, int n, void** data, size_t* sizes, int* tags, void** mh, void** req) {
@@ -157,8 +163,13 @@ ncclResult_t a_close_listen(void* c) {
 }
 
 // ---- per version ----
+void publish_make_vdevice();  // below the tables
 ncclResult_t a_init(ncclDebugLogger_t logger) {
-  return guard("init", [&] { return net_init(logger); });
+  return guard("init", [&] {
+    ncclResult_t r = net_init(logger);
+    if (r == ncclSuccess) publish_make_vdevice();
+    return r;
+  });
 }
 ncclResult_t a_init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
   return a_init(logger);
@@ -166,7 +177,11 @@ ncclResult_t a_init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
 // v11 and v12: a context per communicator (their configs differ only in type).
 template <typename Config>
 ncclResult_t a_init_ctx(void** ctx, uint64_t comm_id, Config*, ncclDebugLogger_t logger, ncclProfilerCallback_t) {
-  return guard("init", [&] { return net_init_ctx(ctx, comm_id, logger); });
+  return guard("init", [&] {
+    ncclResult_t r = net_init_ctx(ctx, comm_id, logger);
+    if (r == ncclSuccess) publish_make_vdevice();
+    return r;
+  });
 }
 constexpr auto* a_init_v11 = &a_init_ctx<ncclNetCommConfig_v11_t>;
 constexpr auto* a_init_v12 = &a_init_ctx<ncclNetCommConfig_v12_t>;
@@ -222,6 +237,23 @@ constexpr auto* a_props_v9 = &a_props_v9_up<ncclNetProperties_v9_t>;
 constexpr auto* a_props_v10 = &a_props_v9_up<ncclNetProperties_v10_t>;
 constexpr auto* a_props_v11 = &a_props_v9_up<ncclNetProperties_v11_t>;
 constexpr auto* a_props_v12 = &a_props_v9_up<ncclNetProperties_v12_t>;
+// makeVDevice of v9..v12 (their props differ in how many devices one fuses: 4 before v12, 8 from v12).
+template <typename VProps>
+ncclResult_t a_make_vdevice(int* d, VProps* props) {
+  return guard("makeVDevice", [&] {
+    if (!d || !props) return ncclInternalError;
+    constexpr int kMaxDevs = sizeof(props->devs) / sizeof(props->devs[0]);
+    if (props->ndevs < 0 || props->ndevs > kMaxDevs) {
+      ZIPCCL_WARN("makeVDevice of %d devices (at most %d)", props->ndevs, kMaxDevs);
+      return ncclInvalidArgument;
+    }
+    ncclNetVDeviceProps_v12_t v{};
+    v.ndevs = props->ndevs;
+    for (int i = 0; i < props->ndevs; ++i) v.devs[i] = props->devs[i];
+    return net_make_vdevice(d, &v);
+  });
+}
+
 ncclResult_t a_connect_v10(int dev, ncclNetCommConfig_v10_t*, void* handle, void** sc,
                            ncclNetDeviceHandle_v10_t** dc) {
   return a_connect(dev, handle, sc, dc);
@@ -239,8 +271,14 @@ ncclResult_t a_connect_v11(void*, int dev, void* handle, void** sc, ncclNetDevic
 
 using namespace zipccl::net;
 
-// The only exported symbols (see exports.map). `extern "C"` without braces gives these const objects
-// external linkage.
+// The only exported symbols (see exports.map). `extern "C"` without braces gives the const objects
+// external linkage. v9..v12 are writable for one entry, makeVDevice (publish_make_vdevice).
+extern "C" {
+extern ncclNet_v9_t ncclNetPlugin_v9;
+extern ncclNet_v10_t ncclNetPlugin_v10;
+extern ncclNet_v11_t ncclNetPlugin_v11;
+extern ncclNet_v12_t ncclNetPlugin_v12;
+}
 extern "C" __attribute__((visibility("default"))) const ncclNet_v7_t ncclNetPlugin_v7 = {
     kPluginName,  a_init,          a_devices,      a_props_v7,  a_listen,    a_connect, a_accept,
     a_reg_mr_int, a_reg_mr_dmabuf, a_dereg_mr,     a_isend_int, a_irecv_int, a_iflush,  test_int,
@@ -251,17 +289,17 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlug
     a_reg_mr,     a_reg_mr_dmabuf, a_dereg_mr,     a_isend_int, a_irecv_int, a_iflush,  test_int,
     a_close_send, a_close_recv,    a_close_listen, nullptr,     nullptr};
 
-extern "C" __attribute__((visibility("default"))) const ncclNet_v9_t ncclNetPlugin_v9 = {
+__attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = {
     kPluginName,  a_init,          a_devices,      a_props_v9, a_listen, a_connect, a_accept,
     a_reg_mr,     a_reg_mr_dmabuf, a_dereg_mr,     a_isend,    a_irecv,  a_iflush,  test_int,
     a_close_send, a_close_recv,    a_close_listen, nullptr,    nullptr,  nullptr};
 
-extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
+__attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {
     kPluginName,  a_init_v10,      a_devices,      a_props_v10, a_listen,  a_connect_v10, a_accept,
     a_reg_mr,     a_reg_mr_dmabuf, a_dereg_mr,     a_isend_p,   a_irecv_p, a_iflush,      test_int,
     a_close_send, a_close_recv,    a_close_listen, nullptr,     nullptr,   nullptr};
 
-extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
+__attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = {
     kPluginName,     a_init_v11,        a_devices,    a_props_v11,
     a_listen_v11,    a_connect_v11,     a_accept,     a_reg_mr,
     a_reg_mr_dmabuf, a_dereg_mr,        a_isend_p,    a_irecv_p,
@@ -269,10 +307,38 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlu
     a_close_listen,  nullptr,           nullptr,      nullptr,
     a_finalize_v11,  a_set_net_attr_v11};
 
-extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
+__attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12 = {
     kPluginName,     a_init_v12,        a_devices,    a_props_v12,
     a_listen_v11,    a_connect_v11,     a_accept,     a_reg_mr,
     a_reg_mr_dmabuf, a_dereg_mr,        a_isend_p,    a_irecv_p,
     a_iflush,        test_int,          a_close_send, a_close_recv,
     a_close_listen,  nullptr,           nullptr,      nullptr,
     a_finalize_v11,  a_set_net_attr_v12};
+
+namespace zipccl {
+namespace net {
+namespace {
+
+template <typename Table, typename Fn>
+void publish(Table* t, Fn fn) {
+  if (__atomic_load_n(&t->makeVDevice, __ATOMIC_ACQUIRE) != fn) __atomic_store_n(&t->makeVDevice, fn, __ATOMIC_RELEASE);
+}
+
+// makeVDevice is present exactly when an inner plugin whose table has it is open (docs/notes/inner.md,
+// "makeVDevice"): NCCL reads the entry only after init returns (the v9..v11 compatibility layers copy
+// it right after the plugin's init, v12 tables are read in place at each communicator's topology), so
+// an init that sets it is in time. A present entry that refused would fail NCCL's init through its
+// device fusion, which zipccl's own transports cannot do; NULL there, as NCCL handles a plugin without
+// it. The value only changes from NULL to the forwarder and back with the inner plugin, never while
+// another thread could act on the old one (ZIPCCL_NET_INNER is fixed for the process).
+void publish_make_vdevice() {
+  const bool on = net_make_vdevice_offered();
+  publish(&ncclNetPlugin_v9, on ? &a_make_vdevice<ncclNetVDeviceProps_v9_t> : nullptr);
+  publish(&ncclNetPlugin_v10, on ? &a_make_vdevice<ncclNetVDeviceProps_v10_t> : nullptr);
+  publish(&ncclNetPlugin_v11, on ? &a_make_vdevice<ncclNetVDeviceProps_v11_t> : nullptr);
+  publish(&ncclNetPlugin_v12, on ? &a_make_vdevice<ncclNetVDeviceProps_v12_t> : nullptr);
+}
+
+}  // namespace
+}  // namespace net
+}  // namespace zipccl

@@ -1,6 +1,7 @@
 #include "abi/net.h"
 
 #include <climits>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -38,7 +39,10 @@ struct Context {
 
 std::mutex g_init_mu;
 Transport* g_transport = nullptr;
-std::vector<DeviceInfo> g_devices;
+// Grows at run time (makeVDevice over an inner plugin): a deque, so that the names and paths
+// getProperties handed out stay valid; read and grown under g_dev_mu.
+std::mutex g_dev_mu;
+std::deque<DeviceInfo> g_devices;
 int g_contexts = 0;  // v11+ init/finalize reference count
 bool g_inner = false;  // g_transport runs over ZIPCCL_NET_INNER's plugin
 
@@ -58,6 +62,17 @@ BufferRegistry* registry_of(void* comm) {
 bool is_device(void* mhandle) {
   auto* h = static_cast<MemHandle*>(mhandle);
   return h && h->type == NCCL_PTR_CUDA;
+}
+
+bool device(int dev, DeviceInfo* out) {
+  std::lock_guard<std::mutex> dlock(g_dev_mu);
+  if (dev < 0 || dev >= static_cast<int>(g_devices.size())) return false;
+  *out = g_devices[dev];
+  return true;
+}
+int device_count() {
+  std::lock_guard<std::mutex> dlock(g_dev_mu);
+  return static_cast<int>(g_devices.size());
 }
 
 ncclResult_t ready() {
@@ -94,9 +109,12 @@ ncclResult_t net_init(ncclDebugLogger_t logger) {
   }
   if (!t) t = pick_transport(settings().transport);
   if (!t) return ncclSystemError;
-  std::vector<DeviceInfo> devs(t->device_count());
+  std::deque<DeviceInfo> devs(t->device_count());
   for (int i = 0; i < t->device_count(); ++i) ZIPCCL_CHECK(t->device_info(i, &devs[i]));
-  g_devices = std::move(devs);
+  {
+    std::lock_guard<std::mutex> dlock(g_dev_mu);
+    g_devices = std::move(devs);
+  }
   const codec::Isa want = settings().codec_isa;
   if (!codec::isa_supported(want)) {
     ZIPCCL_WARN("ZIPCCL_CODEC_ISA=%s: this CPU or build lacks it (%s); using %s", codec::isa_name(want),
@@ -136,6 +154,7 @@ ncclResult_t net_finalize_ctx(void* ctx) {
     finalize_inner_transport();
     g_inner = false;
     g_transport = nullptr;
+    std::lock_guard<std::mutex> dlock(g_dev_mu);
     g_devices.clear();
   }
   return ncclSuccess;
@@ -147,14 +166,43 @@ ncclResult_t net_set_net_attr(void* ctx, ncclNetAttr_v12_t* attr) {
   return inner_set_net_attr(attr, &forwarded);
 }
 
+bool net_make_vdevice_offered() {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  return g_inner && inner_has_make_vdevice();
+}
+
+// The inner plugin fuses the devices (zipccl's device i is the inner's device i); zipccl's list then
+// takes the devices the inner added, with the properties it reports for them.
+ncclResult_t net_make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props) {
+  ZIPCCL_CHECK(ready());
+  if (!d || !props) return ncclInternalError;
+  std::lock_guard<std::mutex> lock(g_init_mu);  // one fusion at a time, and not across a finalize
+  if (!g_inner || !g_transport) {  // the entry is NULL then: NCCL does not call it
+    ZIPCCL_WARN("makeVDevice: zipccl's own transports cannot merge devices");
+    return ncclInvalidUsage;
+  }
+  ZIPCCL_CHECK(inner_make_vdevice(d, props));
+  std::lock_guard<std::mutex> dlock(g_dev_mu);
+  for (int i = static_cast<int>(g_devices.size()); i < g_transport->device_count(); ++i) {
+    DeviceInfo info;
+    ZIPCCL_CHECK(g_transport->device_info(i, &info));
+    g_devices.push_back(std::move(info));
+  }
+  ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "makeVDevice: the inner plugin fused %d device(s) into device %d (%s)",
+              props->ndevs, *d, *d >= 0 && *d < static_cast<int>(g_devices.size()) ? g_devices[*d].name.c_str() : "?");
+  return ncclSuccess;
+}
+
 ncclResult_t net_devices(int* ndev) {
   ZIPCCL_CHECK(ready());
+  std::lock_guard<std::mutex> dlock(g_dev_mu);
   *ndev = static_cast<int>(g_devices.size());
   return ncclSuccess;
 }
 
 ncclResult_t net_properties(int dev, Properties* p) {
   ZIPCCL_CHECK(ready());
+  std::lock_guard<std::mutex> dlock(g_dev_mu);
   if (dev < 0 || dev >= static_cast<int>(g_devices.size())) {
     ZIPCCL_WARN("getProperties for device %d of %zu", dev, g_devices.size());
     return ncclInvalidArgument;
@@ -170,8 +218,10 @@ ncclResult_t net_properties(int dev, Properties* p) {
   p->port = d.port;
   p->latency = d.latency_us;
   p->max_comms = 65536;
-  p->max_recvs = 1;
+  p->max_recvs = d.max_recvs;
   p->max_bytes = d.max_bytes && d.max_bytes < INT_MAX ? d.max_bytes : INT_MAX;
+  p->vdevs = d.vdevs.data();
+  p->nvdevs = static_cast<int>(d.vdevs.size());
   return ncclSuccess;
 }
 
@@ -179,22 +229,28 @@ ncclResult_t net_listen(int dev, void* handle, void** listen_comm) {
   *listen_comm = nullptr;
   ZIPCCL_CHECK(ready());
   if (!handle) return ncclInternalError;
+  DeviceInfo info;
+  if (!device(dev, &info)) {
+    ZIPCCL_WARN("listen on device %d of %d", dev, device_count());
+    return ncclInternalError;
+  }
   Listener* l = nullptr;
   ZIPCCL_CHECK(g_transport->listen(dev, handle, &l));
-  *listen_comm = new ListenComm{CommHeader{kListenCommMagic}, l, g_devices[dev]};
+  *listen_comm = new ListenComm{CommHeader{kListenCommMagic}, l, info};
   return ncclSuccess;
 }
 
 ncclResult_t net_connect(int dev, void* handle, void** send_comm) {
   *send_comm = nullptr;
   ZIPCCL_CHECK(ready());
-  if (!handle || dev < 0 || dev >= static_cast<int>(g_devices.size())) {
-    ZIPCCL_WARN("connect with device %d of %zu or a null handle", dev, g_devices.size());
+  DeviceInfo info;
+  if (!handle || !device(dev, &info)) {
+    ZIPCCL_WARN("connect with device %d of %d or a null handle", dev, device_count());
     return ncclInternalError;
   }
   SendConn* c = nullptr;
   ZIPCCL_CHECK(g_transport->connect(dev, handle, &c));
-  if (c) *send_comm = new SendComm(c, g_devices[dev]);
+  if (c) *send_comm = new SendComm(c, info);
   return ncclSuccess;
 }
 
@@ -296,12 +352,13 @@ ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes,
     ZIPCCL_WARN("irecv on something that is not a receive comm");
     return ncclInternalError;
   }
-  if (n != 1) {
-    ZIPCCL_WARN("irecv with %d grouped receives; zipccl advertises maxRecvs=1", n);
+  if (n < 1 || n > c->max_recvs() || !data || !sizes) {
+    ZIPCCL_WARN("irecv of %d grouped receives; this device's maxRecvs is %d", n, c->max_recvs());
     return ncclInternalError;
   }
-  return c->irecv(data[0], sizes[0], tags ? tags[0] : 0, is_device(mhandles ? mhandles[0] : nullptr), marked,
-                  request);
+  bool device[kMaxRecvs];
+  for (int i = 0; i < n; ++i) device[i] = is_device(mhandles ? mhandles[i] : nullptr);
+  return c->irecv(n, data, sizes, tags, device, marked, request);
 }
 
 // After a receive into device memory the NIC wrote (RDMA, GPUDirect), NCCL asks for a flush so the
@@ -334,16 +391,17 @@ ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** 
   return ncclSuccess;
 }
 
-ncclResult_t net_test(void* request, int* done, size_t* size) {
+ncclResult_t net_test(void* request, int* done, size_t* sizes, int* count) {
   *done = 0;
-  if (is_flush_request(request)) return test_flush_request(request, done, size);  // from net_iflush
+  *count = 1;
+  if (is_flush_request(request)) return test_flush_request(request, done, sizes);  // from net_iflush
   auto* h = static_cast<RequestHeader*>(request);
   if (!h || h->magic != kRequestMagic) {
     ZIPCCL_WARN("test on something that is not a live request");
     return ncclInternalError;
   }
-  if (h->is_send) return static_cast<SendComm*>(h->comm)->test(request, done, size);
-  return static_cast<RecvComm*>(h->comm)->test(request, done, size);
+  if (h->is_send) return static_cast<SendComm*>(h->comm)->test(request, done, sizes);
+  return static_cast<RecvComm*>(h->comm)->test(request, done, sizes, count);
 }
 
 ncclResult_t net_close_send(void* send_comm) {

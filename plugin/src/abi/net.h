@@ -8,6 +8,7 @@
 
 #include "nccl/net_common.h"
 #include "nccl/net_v12.h"
+#include "transport.h"
 
 namespace zipccl {
 namespace net {
@@ -23,6 +24,8 @@ struct Properties {
   int max_comms;
   int max_recvs;
   size_t max_bytes;  // per message (test() reports an int)
+  const int* vdevs;  // a virtual device's physical devices (makeVDevice); nvdevs 0: the device itself
+  int nvdevs;
 };
 
 constexpr const char kPluginName[] = "zipccl";
@@ -34,6 +37,10 @@ ncclResult_t net_finalize_ctx(void* ctx);
 // v11+: over an inner plugin forwarded to it when its table has setNetAttr; else accepted and unused
 // (hints only).
 ncclResult_t net_set_net_attr(void* ctx, ncclNetAttr_v12_t* attr);
+// makeVDevice (v9+): present in zipccl's tables only while an inner plugin whose table has it is open
+// (nccl_adapters.cpp sets the entry at init; NCCL reads it after init), then forwarded to it.
+bool net_make_vdevice_offered();
+ncclResult_t net_make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props);
 ncclResult_t net_devices(int* ndev);
 ncclResult_t net_properties(int dev, Properties* props);
 ncclResult_t net_listen(int dev, void* handle, void** listen_comm);
@@ -45,8 +52,9 @@ ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* 
 ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
                        void** mhandles, void** request);
 ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request);
-// *size is the byte count sent, or the uncompressed byte count received.
-ncclResult_t net_test(void* request, int* done, size_t* size);
+// sizes (room for kMaxRecvs): the byte count sent, or the uncompressed byte counts received, one per
+// receive of the request (*count of them).
+ncclResult_t net_test(void* request, int* done, size_t* sizes, int* count);
 ncclResult_t net_close_send(void* send_comm);
 ncclResult_t net_close_recv(void* recv_comm);
 ncclResult_t net_close_listen(void* listen_comm);

@@ -55,6 +55,9 @@ class ClientInner final : public InnerNet {
     p->max_recvs = q.maxRecvs;
     p->max_p2p_bytes = q.maxP2pBytes;
     p->net_device_type = q.netDeviceType;
+    const int nv = q.vProps.ndevs < 0 ? 0 : q.vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC_V12 ? NCCL_NET_MAX_DEVS_PER_NIC_V12
+                                                                                        : q.vProps.ndevs;
+    p->vdevs.assign(q.vProps.devs, q.vProps.devs + nv);
     return r;
   }
   ncclResult_t listen(int dev, void* handle, void** l) override { return net_->listen(ctx_, dev, handle, l); }
@@ -87,10 +90,11 @@ class ClientInner final : public InnerNet {
     *req = nullptr;
     return net_->iflush(rc, n, data, sizes, mhs, req);
   }
-  ncclResult_t test(void* req, int* done, size_t* size) override {
-    int s = 0;
-    ncclResult_t r = net_->test(req, done, &s);
-    if (size) *size = s < 0 ? 0 : static_cast<size_t>(s);
+  ncclResult_t test(void* req, int* done, size_t* sizes, int n) override {
+    int s[net_client::kMaxGroupedRecvs] = {};  // a grouped receive writes one size per receive
+    ncclResult_t r = net_->test(req, done, s);
+    for (int i = 0; sizes && i < n && i < net_client::kMaxGroupedRecvs; ++i)
+      sizes[i] = s[i] < 0 ? 0 : static_cast<size_t>(s[i]);
     return r;
   }
   ncclResult_t close_send(void* c) override { return net_->close_send(c); }
@@ -110,6 +114,9 @@ class ClientInner final : public InnerNet {
     return false;
   }
   ncclResult_t set_net_attr(ncclNetAttr_v12_t* attr) override { return net_->set_net_attr(ctx_, attr); }
+  ncclResult_t make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props) override {
+    return net_->make_vdevice(d, props);
+  }
 
  private:
   std::unique_ptr<net_client::Net> net_;

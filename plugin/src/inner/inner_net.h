@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nccl/net_common.h"
 #include "nccl/net_v12.h"
@@ -28,6 +29,7 @@ struct InnerProps {
   int max_recvs = 1;
   size_t max_p2p_bytes = 0;  // 0: the plugin's ABI has no such field
   int net_device_type = 0;   // NCCL_NET_DEVICE_HOST, or a device-side (offload) protocol
+  std::vector<int> vdevs;    // vProps: the physical devices behind this one (itself for a physical one)
 };
 
 // Entries of the inner's table that zipccl's own tables do not simply pass through
@@ -59,13 +61,16 @@ class InnerNet {
                              void** req) = 0;
   // *req stays nullptr when the plugin has nothing to flush (or no iflush).
   virtual ncclResult_t iflush(void* recv_comm, int n, void** data, int* sizes, void** mhs, void** req) = 0;
-  virtual ncclResult_t test(void* req, int* done, size_t* size) = 0;
+  // sizes: room for the request's n sizes (a grouped receive reports one per receive); may be null.
+  virtual ncclResult_t test(void* req, int* done, size_t* sizes, int n) = 0;
   virtual ncclResult_t close_send(void* c) = 0;
   virtual ncclResult_t close_recv(void* c) = 0;
   virtual ncclResult_t close_listen(void* c) = 0;
   virtual bool has(InnerEntry e) const = 0;
   // On the one context zipccl initialised the inner with; ncclInternalError when the table lacks it.
   virtual ncclResult_t set_net_attr(ncclNetAttr_v12_t* attr) = 0;
+  // makeVDevice; ncclInternalError when the table lacks it.
+  virtual ncclResult_t make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props) = 0;
 };
 
 // Opens the plugin `name` as NCCL resolves NCCL_NET_PLUGIN ("ofi" -> libnccl-net-ofi.so; a path as

@@ -10,12 +10,19 @@
 // A codec frame that landed in NCCL's buffer is copied (compressed bytes) to the compressing layer's
 // staging before it is decoded into that buffer.
 //
+// Grouped receives (NCCL's irecv with n > 1, when the inner has maxRecvs > 1): one grouped inner receive
+// for the n headers, then one for the n payloads, with tags derived from NCCL's (2t, 2t+1), so the inner's
+// tag matching puts each message's header and payload at the index of the receive with its tag
+// (docs/notes/inner.md, "Grouped receives").
+//
 // Memory: NCCL's regMr of a comm is forwarded to the inner plugin (BufferRegistry); a payload in
 // memory the inner does not know (the compressing layer's staging, or an unregistered user buffer)
 // goes through a bounce buffer of the connection, registered once and grown when a larger message
 // comes. Every call here is non-blocking: a NULL request from the inner is retried on the next call.
 #include "inner/inner_transport.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -32,18 +39,24 @@ namespace zipccl {
 namespace net {
 namespace {
 
-constexpr int kTag = 0;                            // every inner message: matching is by order
 constexpr size_t kHeaderBytes = kMetaBytes + 8;    // metadata + payload length (little-endian u64)
-constexpr int kSendSlots = 16;                     // transport messages in flight per send connection
 
 struct Inner {
   std::unique_ptr<InnerNet> net;
-  std::vector<InnerProps> props;
+  std::vector<InnerProps> props;  // grows with makeVDevice: read and grown under g_mu
+  std::atomic<bool> cuda{false};  // a device takes NCCL_PTR_CUDA
 };
 std::mutex g_mu;
 Inner* g_inner = nullptr;  // the open inner plugin; finalized and freed by finalize_inner_transport()
 
 const char* inner_name() { return g_inner ? g_inner->net->name() : "?"; }
+
+// The inner tags of a message NCCL sent with `tag`: even for its header, odd for its payload, so that
+// within one grouped inner receive a header can never take a payload's place (or the reverse), even
+// when several of NCCL's receives in a group share a tag (docs/notes/inner.md, "Grouped receives").
+int inner_tag(int tag, bool payload) {
+  return static_cast<int>((static_cast<uint32_t>(tag) << 1) | (payload ? 1u : 0u));
+}
 
 // An inner call that failed: its own WARN is already in the log (it logs through NCCL's logger too);
 // ours names the call, and the result code goes up unchanged.
@@ -190,13 +203,13 @@ class Stall {
 struct InnerReq {
   void* req = nullptr;
   bool posted = false, done = false;
-  size_t size = 0;  // bytes the inner reported at completion
+  size_t size[kMaxRecvs] = {};  // bytes the inner reported at completion, per receive of a group
   void reset() { *this = InnerReq{}; }
   bool in_flight() const { return posted && !done; }
-  ncclResult_t poll(InnerNet* net, const char* what, Stall* stall) {
+  ncclResult_t poll(InnerNet* net, const char* what, Stall* stall, int n = 1) {
     if (!posted || done) return ncclSuccess;
     int d = 0;
-    INNER_CHECK(net->test(req, &d, &size), "test of a %s", what);
+    INNER_CHECK(net->test(req, &d, size, n), "test of a %s", what);
     if (d) {
       done = true;
       stall->progressed();
@@ -207,7 +220,11 @@ struct InnerReq {
 
 class InnerSendConn final : public SendConn, public BufferRegistry {
  public:
-  InnerSendConn(InnerNet* net, void* comm) : net_(net), comm_(comm), regs_(net, comm), ops_(kSendSlots) {}
+  // grouped: the inner's device takes grouped receives (maxRecvs > 1), so it matches sends to
+  // receives by tag and messages with different tags need not be posted in order.
+  InnerSendConn(InnerNet* net, void* comm, bool grouped)
+      : net_(net), comm_(comm), regs_(net, comm), ops_(static_cast<size_t>(settings().max_requests)),
+        grouped_(grouped) {}
   ~InnerSendConn() override {
     int inflight = 0;
     for (const Op& o : ops_) inflight += o.hdr.in_flight() + o.pay.in_flight();
@@ -221,10 +238,11 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
     if (net_->close_send(comm_) != ncclSuccess) ZIPCCL_WARN("inner plugin %s: closeSend failed", inner_name());
   }
   ncclResult_t init() {
-    headers_.reset(new char[kHeaderBytes * kSendSlots]);
+    held_.reserve(2 * ops_.size());
+    headers_.reset(new char[kHeaderBytes * ops_.size()]);
     MemDesc m;
     m.data = headers_.get();
-    m.size = kHeaderBytes * kSendSlots;
+    m.size = kHeaderBytes * ops_.size();
     return regs_.add(m);
   }
 
@@ -232,8 +250,8 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
     *op = kNoOp;
     if (failed_) return ncclSystemError;
     int i = 0;
-    while (i < kSendSlots && ops_[i].used) ++i;
-    if (i == kSendSlots) return progress(kNoOp);
+    while (i < slots() && ops_[i].used) ++i;
+    if (i == slots()) return progress(kNoOp);
     Op& o = ops_[i];
     char* h = header(i);
     std::memcpy(h, meta, kMetaBytes);
@@ -253,6 +271,7 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
       o.mh = regs_.find(o.data, len);
     }
     o.used = true;
+    o.tag = tag_;
     o.counted = false;
     o.hdr.reset();
     o.pay.reset();
@@ -264,7 +283,7 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
 
   ncclResult_t test(int op, bool* done) override {
     *done = false;
-    if (op < 0 || op >= kSendSlots || !ops_[op].used) return ncclInternalError;
+    if (op < 0 || op >= slots() || !ops_[op].used) return ncclInternalError;
     ncclResult_t r = progress(op);
     if (r != ncclSuccess) return r;
     Op& o = ops_[op];
@@ -282,6 +301,7 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   // One transport message per NCCL receive: its inner receives are posted at irecv, the payload's
   // straight into NCCL's buffer, so a message cannot be cut into segments here.
   bool carries_segments() const override { return false; }
+  void set_tag(int tag) override { tag_ = tag; }
 
   ncclResult_t pin(const MemDesc& mem) override { return pin_memory(&regs_, mem); }
   void unpin(void* data) override { unpin_memory(&regs_, data); }
@@ -295,41 +315,60 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
     void* data = nullptr;
     size_t len = 0;
     void* mh = nullptr;
+    int tag = 0;
     InnerReq hdr, pay;
     bool counted = false;
     Bounce bounce;
   };
   char* header(int i) { return headers_.get() + kHeaderBytes * i; }
+  // As many as the compressing layer's requests (ZIPCCL_MAX_REQUESTS): with grouped receives, sends the
+  // inner cannot take yet (a later group's) wait here, and must not keep out the message they wait for.
+  int slots() const { return static_cast<int>(ops_.size()); }
   ncclResult_t fail(ncclResult_t r) {
     failed_ = true;
     return r;
   }
-  // Posts queued messages in order (header, then payload; a NULL request stops until the next call),
-  // then tests op `poll`'s requests (kNoOp: none). Only those: a plugin's test progresses all of its
-  // traffic, and testing every request on every call cost a core's worth of polling at 8 in flight.
+  // Posts queued messages (header, then payload), then tests op `poll`'s requests (kNoOp: none). Only
+  // those: a plugin's test progresses all of its traffic, and testing every request on every call cost
+  // a core's worth of polling at 8 in flight.
+  // A NULL request from the inner holds back what follows until the next call: everything over an inner
+  // without grouped receives (it matches by order); over one with them only the later messages with
+  // the same inner tag. There a NULL means the send belongs to a later grouped receive than the one the
+  // inner is filling (NCCL's IB semantics), and that one may still wait for a message posted after it:
+  // another tag's, or the next header of the same tag when a group has the tag twice.
   ncclResult_t progress(int poll) {
-    while (!queue_.empty()) {
-      int i = queue_.front();
+    held_.clear();
+    auto is_held = [&](int t) { return std::find(held_.begin(), held_.end(), t) != held_.end(); };
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      int i = *it;
       Op& o = ops_[i];
-      if (!o.hdr.posted) {
-        ncclResult_t r = net_->isend(comm_, header(i), kHeaderBytes, kTag, regs_.find(header(i), kHeaderBytes),
+      const int htag = inner_tag(o.tag, false), ptag = inner_tag(o.tag, true);
+      if (!o.hdr.posted && !is_held(htag)) {
+        ncclResult_t r = net_->isend(comm_, header(i), kHeaderBytes, htag, regs_.find(header(i), kHeaderBytes),
                                      &o.hdr.req);
         if (r != ncclSuccess) {
           ZIPCCL_WARN("inner plugin %s: isend of a header failed (error %d)", inner_name(), static_cast<int>(r));
           return fail(r);
         }
-        if (!o.hdr.req) break;
-        o.hdr.posted = true;
+        o.hdr.posted = o.hdr.req != nullptr;
       }
-      ncclResult_t r = net_->isend(comm_, o.data, o.len, kTag, o.mh, &o.pay.req);
-      if (r != ncclSuccess) {
-        ZIPCCL_WARN("inner plugin %s: isend of %zu bytes failed (error %d)", inner_name(), o.len,
-                    static_cast<int>(r));
-        return fail(r);
+      if (o.hdr.posted && !is_held(ptag)) {
+        ncclResult_t r = net_->isend(comm_, o.data, o.len, ptag, o.mh, &o.pay.req);
+        if (r != ncclSuccess) {
+          ZIPCCL_WARN("inner plugin %s: isend of %zu bytes failed (error %d)", inner_name(), o.len,
+                      static_cast<int>(r));
+          return fail(r);
+        }
+        o.pay.posted = o.pay.req != nullptr;
       }
-      if (!o.pay.req) break;
-      o.pay.posted = true;
-      queue_.pop_front();
+      if (o.pay.posted) {
+        it = queue_.erase(it);
+        continue;
+      }
+      if (!grouped_) break;
+      if (!o.hdr.posted && !is_held(htag)) held_.push_back(htag);
+      if (!is_held(ptag)) held_.push_back(ptag);
+      ++it;
     }
     if (poll != kNoOp) {
       Op& o = ops_[poll];
@@ -351,11 +390,14 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   InnerNet* net_;
   void* comm_;
   Registrations regs_;
-  std::unique_ptr<char[]> headers_;  // kSendSlots headers, registered
+  std::unique_ptr<char[]> headers_;  // one header per op, registered
   std::vector<Op> ops_;
   std::deque<int> queue_;  // ops not fully posted, in post order
   Stall stall_;
   uint64_t delivered_ = 0, backlog_ = 0;
+  int tag_ = 0;  // set_tag()
+  std::vector<int> held_;  // progress(): inner tags held back this call (capacity kept)
+  bool grouped_;
   bool failed_ = false;
 };
 
@@ -363,22 +405,27 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
 // it takes device buffers (NCCL_PTR_CUDA); otherwise zipccl's GPU path stages it through host memory
 // and the inner never sees it.
 ncclResult_t InnerSendConn::pin_memory(Registrations* regs, const MemDesc& mem) {
-  if (mem.device) {
-    bool cuda = false;
-    for (const InnerProps& p : g_inner->props) cuda = cuda || (p.ptr_support & NCCL_PTR_CUDA);
-    if (!cuda) return ncclSuccess;
-  }
+  if (mem.device && !g_inner->cuda.load()) return ncclSuccess;
   return regs->add(mem);
 }
 void InnerSendConn::unpin_memory(Registrations* regs, void* data) { regs->remove(data); }
 
+// Receives are posted in groups (one per irecv of the compressing layer: NCCL's grouped irecv, or a
+// single receive): one grouped inner receive for the group's headers, then one for its payloads, each
+// receive's pair with its tag's inner tags. Headers land in registered slots; payloads in NCCL's
+// buffers. peek/recv/test then take the receives in posted order.
 class InnerRecvConn final : public RecvConn, public BufferRegistry, public DeviceFlusher {
  public:
-  InnerRecvConn(InnerNet* net, void* comm)
-      : net_(net), comm_(comm), regs_(net, comm), slots_(static_cast<size_t>(settings().max_requests)) {}
+  InnerRecvConn(InnerNet* net, void* comm, int max_group)
+      : net_(net),
+        comm_(comm),
+        regs_(net, comm),
+        slots_(static_cast<size_t>(settings().max_requests)),
+        groups_(slots_.size()),
+        max_group_(max_group) {}
   ~InnerRecvConn() override {
     int inflight = 0;
-    for (const Slot& s : slots_) inflight += s.hdr.in_flight() + s.pay.in_flight();
+    for (const Group& g : groups_) inflight += g.used ? g.hdr.in_flight() + g.pay.in_flight() : 0;
     if (inflight) {
       auto* left = new LeftOpen{comm_, std::move(regs_), std::move(headers_), {}};
       for (Slot& s : slots_) left->bounces.push_back(std::move(s.bounce));
@@ -396,35 +443,58 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
     return regs_.add(m);
   }
 
-  // One per receive, in receive order: the header's and the payload's inner receives.
-  ncclResult_t post_target(void* dst, size_t capacity, size_t /*staged_capacity*/) override {
+  int max_group() const override { return max_group_; }
+  ncclResult_t post_target(void* dst, size_t capacity, size_t staged_capacity) override {
+    const int tag = 0;
+    return post_group(1, &dst, &capacity, &staged_capacity, &tag);
+  }
+  // One per irecv, in receive order: the group's header and payload inner receives.
+  ncclResult_t post_group(int n, void* const* dst, const size_t* capacity, const size_t* /*staged_capacity*/,
+                          const int* tags) override {
     if (failed_) return ncclSystemError;
-    size_t i = 0;
-    while (i < slots_.size() && slots_[i].used) ++i;
-    if (i == slots_.size()) {
+    if (n < 1 || n > max_group_) return ncclInternalError;
+    size_t gi = 0;
+    while (gi < groups_.size() && groups_[gi].used) ++gi;
+    size_t idx[kMaxRecvs];
+    int found = 0;
+    for (size_t i = 0; i < slots_.size() && found < n; ++i) {
+      if (!slots_[i].used) idx[found++] = i;
+    }
+    if (gi == groups_.size() || found < n) {
       ZIPCCL_WARN("inner transport: more receives posted than ZIPCCL_MAX_REQUESTS=%zu", slots_.size());
       return ncclInternalError;
     }
-    Slot& s = slots_[i];
-    s.used = true;
-    s.hdr.reset();
-    s.pay.reset();
-    s.capacity = capacity;
-    s.copy_to = nullptr;
-    s.consumed = false;
-    s.landing = static_cast<char*>(dst);
-    s.mh = capacity ? regs_.find(dst, capacity) : nullptr;
-    if (!capacity) {
-      s.landing = header(i);
-      s.mh = regs_.find(header(i), kHeaderBytes);
-    } else if (!s.mh) {  // not registered with us (device receives' staging, tests without regMr)
-      ncclResult_t r = s.bounce.reserve(&regs_, capacity);
-      if (r != ncclSuccess) return fail(r);
-      s.landing = s.bounce.data();
-      s.mh = regs_.find(s.landing, capacity);
+    Group& g = groups_[gi];
+    g.used = true;
+    g.n = n;
+    g.open = n;
+    g.hdr.reset();
+    g.pay.reset();
+    for (int k = 0; k < n; ++k) {
+      const size_t i = idx[k];
+      Slot& s = slots_[i];
+      g.slot[k] = static_cast<int>(i);
+      g.tag[k] = tags ? tags[k] : 0;
+      s.used = true;
+      s.group = static_cast<int>(gi);
+      s.k = k;
+      s.capacity = capacity[k];
+      s.copy_to = nullptr;
+      s.consumed = false;
+      s.landing = static_cast<char*>(dst[k]);
+      s.mh = capacity[k] ? regs_.find(dst[k], capacity[k]) : nullptr;
+      if (!capacity[k]) {
+        s.landing = header(i);
+        s.mh = regs_.find(header(i), kHeaderBytes);
+      } else if (!s.mh) {  // not registered with us (device receives' staging, tests without regMr)
+        ncclResult_t r = s.bounce.reserve(&regs_, capacity[k]);
+        if (r != ncclSuccess) return fail(r);
+        s.landing = s.bounce.data();
+        s.mh = regs_.find(s.landing, capacity[k]);
+      }
+      arriving_.push_back(static_cast<int>(i));
     }
-    posting_.push_back(static_cast<int>(i));
-    arriving_.push_back(static_cast<int>(i));
+    posting_.push_back(static_cast<int>(gi));
     return progress(kNoOp);
   }
 
@@ -433,12 +503,13 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
     if (failed_) return ncclSystemError;
     ncclResult_t r = progress(arriving_.empty() ? kNoOp : arriving_.front());
     if (r != ncclSuccess || arriving_.empty()) return r;
-    Slot& s = slots_[arriving_.front()];
-    if (!s.hdr.done) return ncclSuccess;
-    if (s.hdr.size != kHeaderBytes) {
+    const Slot& s = slots_[arriving_.front()];
+    const Group& g = groups_[s.group];
+    if (!g.hdr.done) return ncclSuccess;
+    if (g.hdr.size[s.k] != kHeaderBytes) {
       ZIPCCL_WARN("inner plugin %s delivered a %zu-byte header (expected %zu): the peer is not a zipccl "
                   "inner transport",
-                  inner_name(), s.hdr.size, kHeaderBytes);
+                  inner_name(), g.hdr.size[s.k], kHeaderBytes);
       return fail(ncclSystemError);
     }
     const char* h = header(arriving_.front());
@@ -474,14 +545,16 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
     ncclResult_t r = progress(op);
     if (r != ncclSuccess) return r;
     Slot& s = slots_[op];
-    if (!s.pay.done) return ncclSuccess;
-    if (s.pay.size != s.len) {
-      ZIPCCL_WARN("inner plugin %s delivered %zu bytes where the header announced %llu", inner_name(), s.pay.size,
-                  (unsigned long long)s.len);
+    Group& g = groups_[s.group];
+    if (!g.pay.done) return ncclSuccess;
+    if (g.pay.size[s.k] != s.len) {
+      ZIPCCL_WARN("inner plugin %s delivered %zu bytes where the header announced %llu", inner_name(),
+                  g.pay.size[s.k], (unsigned long long)s.len);
       return fail(ncclSystemError);
     }
     if (s.copy_to && s.len) std::memcpy(s.copy_to, s.landing, s.len);
     s.used = s.consumed = false;
+    if (--g.open == 0) g.used = false;
     *done = true;
     return ncclSuccess;
   }
@@ -510,7 +583,7 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
     *done = false;
     if (op < 0 || op >= static_cast<int>(flushes_.size()) || !flushes_[op]) return ncclInternalError;
     int d = 0;
-    INNER_CHECK(net_->test(flushes_[op], &d, nullptr), "test of a flush");
+    INNER_CHECK(net_->test(flushes_[op], &d, nullptr, 0), "test of a flush");
     if (d) {
       flushes_[op] = nullptr;
       *done = true;
@@ -521,59 +594,77 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
  private:
   struct Slot {
     bool used = false, consumed = false;
+    int group = 0, k = 0;     // its group, and its place there
     char* landing = nullptr;  // where the payload's inner receive writes: NCCL's buffer, or the bounce
     size_t capacity = 0;
     void* mh = nullptr;
     uint64_t len = 0;
     char* copy_to = nullptr;  // recv()'s destination when it is not `landing`
-    InnerReq hdr, pay;
     Bounce bounce;
+  };
+  // The receives of one post_group(): their two grouped inner receives.
+  struct Group {
+    bool used = false;
+    int n = 0, open = 0;  // open: receives not yet completed by test()
+    int slot[kMaxRecvs] = {};
+    int tag[kMaxRecvs] = {};
+    InnerReq hdr, pay;
   };
   char* header(size_t i) { return headers_.get() + kHeaderBytes * i; }
   ncclResult_t fail(ncclResult_t r) {
     failed_ = true;
     return r;
   }
-  // Posts pending inner receives in order, then tests slot `poll`'s requests (kNoOp: none), as on the
-  // send side.
+  // Posts pending grouped inner receives in order (a group's headers, then its payloads), then tests
+  // slot `poll`'s group (kNoOp: none), as on the send side.
   ncclResult_t progress(int poll) {
     while (!posting_.empty()) {
-      int i = posting_.front();
-      Slot& s = slots_[i];
-      if (!s.hdr.posted) {
-        void* data = header(i);
-        size_t size = kHeaderBytes;
-        int tag = kTag;
-        void* mh = regs_.find(data, size);
-        ncclResult_t r = net_->irecv(comm_, 1, &data, &size, &tag, &mh, &s.hdr.req);
+      Group& g = groups_[posting_.front()];
+      void* data[kMaxRecvs];
+      size_t size[kMaxRecvs];
+      int tag[kMaxRecvs];
+      void* mh[kMaxRecvs];
+      if (!g.hdr.posted) {
+        for (int k = 0; k < g.n; ++k) {
+          data[k] = header(g.slot[k]);
+          size[k] = kHeaderBytes;
+          tag[k] = inner_tag(g.tag[k], false);
+          mh[k] = regs_.find(data[k], kHeaderBytes);
+        }
+        ncclResult_t r = net_->irecv(comm_, g.n, data, size, tag, mh, &g.hdr.req);
         if (r != ncclSuccess) {
-          ZIPCCL_WARN("inner plugin %s: irecv of a header failed (error %d)", inner_name(), static_cast<int>(r));
+          ZIPCCL_WARN("inner plugin %s: irecv of %d header(s) failed (error %d)", inner_name(), g.n,
+                      static_cast<int>(r));
           return fail(r);
         }
-        if (!s.hdr.req) break;
-        s.hdr.posted = true;
+        if (!g.hdr.req) break;
+        g.hdr.posted = true;
       }
-      void* data = s.landing;
-      size_t size = s.capacity;
-      int tag = kTag;
-      void* mh = s.mh;
-      ncclResult_t r = net_->irecv(comm_, 1, &data, &size, &tag, &mh, &s.pay.req);
+      for (int k = 0; k < g.n; ++k) {
+        const Slot& s = slots_[g.slot[k]];
+        data[k] = s.landing;
+        size[k] = s.capacity;
+        tag[k] = inner_tag(g.tag[k], true);
+        mh[k] = s.mh;
+      }
+      ncclResult_t r = net_->irecv(comm_, g.n, data, size, tag, mh, &g.pay.req);
       if (r != ncclSuccess) {
-        ZIPCCL_WARN("inner plugin %s: irecv of %zu bytes failed (error %d)", inner_name(), size, static_cast<int>(r));
+        ZIPCCL_WARN("inner plugin %s: irecv of %d payload(s) of %zu bytes (first) failed (error %d)", inner_name(),
+                    g.n, size[0], static_cast<int>(r));
         return fail(r);
       }
-      if (!s.pay.req) break;
-      s.pay.posted = true;
+      if (!g.pay.req) break;
+      g.pay.posted = true;
       posting_.pop_front();
     }
     if (poll != kNoOp) {
-      Slot& s = slots_[poll];
-      ncclResult_t r = s.hdr.poll(net_, "header receive", &stall_);
-      if (r == ncclSuccess && s.hdr.done) r = s.pay.poll(net_, "payload receive", &stall_);
+      Group& g = groups_[slots_[poll].group];
+      ncclResult_t r = g.hdr.poll(net_, "header receive", &stall_, g.n);
+      if (r == ncclSuccess && g.hdr.done) r = g.pay.poll(net_, "payload receive", &stall_, g.n);
       if (r != ncclSuccess) return fail(r);
     }
     bool busy = false;  // a message whose header arrived and whose payload has not
-    for (const Slot& s : slots_) busy = busy || (s.used && s.hdr.done && !s.pay.done);
+    for (const Group& g : groups_) busy = busy || (g.used && g.hdr.done && !g.pay.done);
     if (stall_.check(busy, "receive")) return fail(ncclSystemError);
     return ncclSuccess;
   }
@@ -583,16 +674,18 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
   Registrations regs_;
   std::unique_ptr<char[]> headers_;
   std::vector<Slot> slots_;
-  std::deque<int> posting_;   // receives whose inner receives are not all posted, in order
+  std::vector<Group> groups_;
+  std::deque<int> posting_;   // groups whose inner receives are not all posted, in order
   std::deque<int> arriving_;  // receives whose message recv() has not taken yet, in order
   std::vector<void*> flushes_;
   Stall stall_;
+  int max_group_;
   bool failed_ = false;
 };
 
 class InnerListener final : public Listener {
  public:
-  InnerListener(InnerNet* net, void* comm) : net_(net), comm_(comm) {}
+  InnerListener(InnerNet* net, void* comm, int max_group) : net_(net), comm_(comm), max_group_(max_group) {}
   ~InnerListener() override {
     if (net_->close_listen(comm_) != ncclSuccess) ZIPCCL_WARN("inner plugin %s: closeListen failed", inner_name());
   }
@@ -601,7 +694,7 @@ class InnerListener final : public Listener {
     void* rc = nullptr;
     INNER_CHECK(net_->accept(comm_, &rc), "accept");
     if (!rc) return ncclSuccess;
-    std::unique_ptr<InnerRecvConn> c(new InnerRecvConn(net_, rc));
+    std::unique_ptr<InnerRecvConn> c(new InnerRecvConn(net_, rc, max_group_));
     ZIPCCL_CHECK(c->init());
     *conn = c.release();
     return ncclSuccess;
@@ -610,16 +703,24 @@ class InnerListener final : public Listener {
  private:
   InnerNet* net_;
   void* comm_;
+  int max_group_;
 };
 
 class InnerTransport final : public Transport {
  public:
   explicit InnerTransport(Inner* in) : in_(in) {}
   const char* name() const override { return "inner"; }
-  int device_count() const override { return static_cast<int>(in_->props.size()); }
+  int device_count() const override {
+    std::lock_guard<std::mutex> lock(g_mu);
+    return static_cast<int>(in_->props.size());
+  }
   ncclResult_t device_info(int dev, DeviceInfo* info) const override {
-    if (dev < 0 || dev >= device_count()) return ncclInvalidArgument;
-    const InnerProps& p = in_->props[dev];
+    InnerProps p;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      if (dev < 0 || dev >= static_cast<int>(in_->props.size())) return ncclInvalidArgument;
+      p = in_->props[dev];
+    }
     info->name = std::string(in_->net->name()) + ":" + p.name;
     info->pci_path = p.pci_path;
     info->speed_mbps = p.speed > 0 ? p.speed : 10000;
@@ -629,6 +730,9 @@ class InnerTransport final : public Transport {
     info->host_ptr = (p.ptr_support & NCCL_PTR_HOST) != 0;
     // A codec frame is never larger than its message, so the inner's limit is exactly ours.
     info->max_bytes = p.max_p2p_bytes;
+    info->max_recvs = clamp_recvs(p.max_recvs);
+    // A virtual device (the inner's makeVDevice): NCCL finds its physical devices in vProps.
+    if (p.vdevs.size() > 1 || (p.vdevs.size() == 1 && p.vdevs[0] != dev)) info->vdevs = p.vdevs;
     return ncclSuccess;
   }
   // The handle is the inner plugin's own handle (both are NCCL_NET_HANDLE_MAXSIZE bytes).
@@ -636,7 +740,7 @@ class InnerTransport final : public Transport {
     *listener = nullptr;
     void* lc = nullptr;
     INNER_CHECK(in_->net->listen(dev, handle, &lc), "listen on device %d", dev);
-    *listener = new InnerListener(in_->net.get(), lc);
+    *listener = new InnerListener(in_->net.get(), lc, max_recvs(dev));
     return ncclSuccess;
   }
   ncclResult_t connect(int dev, void* handle, SendConn** conn) override {
@@ -644,13 +748,19 @@ class InnerTransport final : public Transport {
     void* sc = nullptr;
     INNER_CHECK(in_->net->connect(dev, handle, &sc), "connect on device %d", dev);
     if (!sc) return ncclSuccess;
-    std::unique_ptr<InnerSendConn> c(new InnerSendConn(in_->net.get(), sc));
+    std::unique_ptr<InnerSendConn> c(new InnerSendConn(in_->net.get(), sc, max_recvs(dev) > 1));
     ZIPCCL_CHECK(c->init());
     *conn = c.release();
     return ncclSuccess;
   }
 
  private:
+  // Grouped receives as the inner offers them on `dev`, up to zipccl's own limit.
+  static int clamp_recvs(int m) { return m < 1 ? 1 : m > kMaxRecvs ? kMaxRecvs : m; }
+  int max_recvs(int dev) const {
+    std::lock_guard<std::mutex> lock(g_mu);
+    return dev < 0 || dev >= static_cast<int>(in_->props.size()) ? 1 : clamp_recvs(in_->props[dev].max_recvs);
+  }
   Inner* in_;
 };
 
@@ -668,12 +778,6 @@ void refuse_device_side(const InnerNet& net, const std::vector<InnerProps>& prop
                 "NCCL_NET_DEVICE_HOST and its tables have no getDeviceMr/irecvConsumed",
                 net.name());
   }
-  if (net.has(InnerEntry::kMakeVDevice)) {
-    ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
-                "inner plugin %s can merge devices (makeVDevice); not offered through zipccl: NCCL uses its "
-                "devices one by one, as with a plugin without makeVDevice",
-                net.name());
-  }
 }
 
 }  // namespace
@@ -684,6 +788,26 @@ ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr, bool* forwarded) {
   if (!g_inner || !g_inner->net->has(InnerEntry::kSetNetAttr)) return ncclSuccess;
   *forwarded = true;
   INNER_CHECK(g_inner->net->set_net_attr(attr), "setNetAttr");
+  return ncclSuccess;
+}
+
+bool inner_has_make_vdevice() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_inner && g_inner->net->has(InnerEntry::kMakeVDevice);
+}
+
+ncclResult_t inner_make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_inner) return ncclInternalError;
+  INNER_CHECK(g_inner->net->make_vdevice(d, props), "makeVDevice of %d device(s)", props->ndevs);
+  int n = 0;
+  INNER_CHECK(g_inner->net->devices(&n), "devices after makeVDevice");
+  for (int i = static_cast<int>(g_inner->props.size()); i < n; ++i) {
+    InnerProps p;
+    INNER_CHECK(g_inner->net->properties(i, &p), "getProperties of its new device %d", i);
+    if (p.ptr_support & NCCL_PTR_CUDA) g_inner->cuda = true;
+    g_inner->props.push_back(std::move(p));
+  }
   return ncclSuccess;
 }
 
@@ -736,7 +860,13 @@ ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t log
                 p.max_comms, p.max_p2p_bytes, p.pci_path.empty() ? "-" : p.pci_path.c_str());
   }
   refuse_device_side(*net, props);
+  if (net->has(InnerEntry::kMakeVDevice)) {
+    ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
+                "inner plugin %s can fuse devices (makeVDevice): forwarded, a fused device becomes a zipccl device",
+                net->name());
+  }
   g_inner = new Inner{std::move(net), std::move(props)};
+  for (const InnerProps& p : g_inner->props) g_inner->cuda = g_inner->cuda || (p.ptr_support & NCCL_PTR_CUDA);
   g_transport = new InnerTransport(g_inner);
   *out = g_transport;
   return ncclSuccess;

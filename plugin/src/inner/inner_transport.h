@@ -27,6 +27,12 @@ void finalize_inner_transport();
 // called and *forwarded is false (the attributes are hints, as NCCL treats a table without the entry).
 ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr, bool* forwarded);
 
+// Whether the open inner plugin's table has makeVDevice.
+bool inner_has_make_vdevice();
+// The inner's makeVDevice (its result unchanged, with a WARN naming the call on failure); then the
+// transport's devices include what the inner added (device_info of the new indices).
+ncclResult_t inner_make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props);
+
 // What `zipccl doctor` shows: the inner plugin's library, name and ABI version; false when none is
 // open.
 bool inner_transport_info(std::string* library, std::string* name, int* abi_version);

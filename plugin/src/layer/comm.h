@@ -168,12 +168,21 @@ class RecvComm {
  public:
   RecvComm(RecvConn* conn, const DeviceInfo& dev);
   ~RecvComm();
-  // device: `data` is device memory; marked: NCCL marked the receive as LL/LL128 (gpu_path.h).
-  ncclResult_t irecv(void* data, size_t size, int tag, bool device, bool marked, void** request);
+  // A grouped irecv of n receives (1 <= n <= max_recvs()): one request, done when all n are; receive i
+  // takes the message sent with tags[i] (the transport matches them, RecvConn::post_group).
+  // device[i]: data[i] is device memory; marked: NCCL marked the receive (n == 1) as LL/LL128
+  // (gpu_path.h).
+  ncclResult_t irecv(int n, void* const* data, const size_t* sizes, const int* tags, const bool* device, bool marked,
+                     void** request);
+  ncclResult_t irecv(void* data, size_t size, int tag, bool device, bool marked, void** request) {
+    return irecv(1, &data, &size, &tag, &device, marked, request);
+  }
   ncclResult_t irecv(void* data, size_t size, int tag, void** request) {  // host memory
     return irecv(data, size, tag, false, false, request);
   }
-  ncclResult_t test(void* request, int* done, size_t* size);
+  // sizes: room for the request's n receives' sizes; *count (optional) is set to n.
+  ncclResult_t test(void* request, int* done, size_t* sizes, int* count = nullptr);
+  int max_recvs() const { return max_recvs_; }
   // regMr of device memory: as SendComm::reserve_device.
   ncclResult_t reserve_device(void* data, size_t size);
   RecvConn* conn() const { return conn_.get(); }
@@ -220,7 +229,15 @@ class RecvComm {
     std::vector<std::unique_ptr<Seg>> segs;
     std::unique_ptr<char[]> staging;  // host codec segments, at their offsets
     size_t staging_cap = 0;
+    int tag = 0;
+    bool check_tag = false;  // in a group of n > 1: the frame must carry this receive's tag
+    int group_n = 0;        // the group's first receive (the request NCCL holds): its n; others 0
+    int group[kMaxRecvs];   // the first receive: the group's receives, in posted order
   };
+  ncclResult_t claim(Req* r, void* data, size_t size, bool device, bool marked, bool* busy);
+  void unclaim(Req* r);
+  bool complete(Req* r, ncclResult_t* res);
+  void finish(Req* r);
   ncclResult_t progress();
   ncclResult_t advance(Req* r);
   ncclResult_t fail(Req* r);
@@ -238,6 +255,7 @@ class RecvComm {
   std::vector<int> active_;  // receives with segments in flight (any order)
   ConnStats stats_;
   bool failed_ = false;
+  int max_recvs_ = 1;
   std::chrono::steady_clock::time_point created_;
 };
 

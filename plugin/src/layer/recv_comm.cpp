@@ -24,6 +24,7 @@ void DecodeJob::run() {
 }
 
 RecvComm::RecvComm(RecvConn* conn, const DeviceInfo& dev) : conn_(conn), reqs_(settings().max_requests) {
+  max_recvs_ = std::max(1, std::min({dev.max_recvs, conn->max_group(), kMaxRecvs}));
   for (int i = static_cast<int>(reqs_.size()) - 1; i >= 0; --i) {
     reqs_[i].h.is_send = false;
     reqs_[i].h.comm = this;
@@ -56,47 +57,80 @@ RecvComm::~RecvComm() {
   report_stats(stats_);
 }
 
-ncclResult_t RecvComm::irecv(void* data, size_t size, int /*tag*/, bool device, bool marked, void** request) {
+// One receive of an irecv: its request slot prepared (device receives: all their staging taken, so
+// that nothing later can find the arenas full). *busy: an arena is full now, nothing taken.
+ncclResult_t RecvComm::claim(Req* r, void* data, size_t size, bool device, bool marked, bool* busy) {
+  *busy = false;
+  r->data = static_cast<char*>(data);
+  r->capacity = size;
+  r->state = State::kActive;
+  r->device = device;
+  r->host_stage = r->dev_stage = r->land_stage = nullptr;
+  r->asm_.reset(size);
+  r->nsegs = r->done_segs = r->scan = 0;
+  r->wire = 0;
+  r->any_codec = false;
+  r->group_n = 0;
+  if (!device) return ncclSuccess;
+  // Every payload for a device receive lands in pinned staging first (a socket cannot write device
+  // memory); it goes to the device on this comm's stream.
+  return take_device_staging(r, marked, busy);
+}
+
+// Gives back a receive claimed by an irecv that then posted nothing.
+void RecvComm::unclaim(Req* r) {
+  const int idx = static_cast<int>(r - reqs_.data());
+  if (r->device && r->host_stage) gpu_->release(idx);
+  r->state = State::kFree;
+  free_.push_back(idx);
+}
+
+ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int* tags, const bool* device,
+                             bool marked, void** request) {
   *request = nullptr;
   if (failed_) return ncclSystemError;
-  if (size && !data) {
-    ZIPCCL_WARN("irecv of %zu bytes into a null buffer", size);
+  if (n < 1 || n > max_recvs_) {
+    ZIPCCL_WARN("irecv of %d grouped receives; this device takes 1 to %d (maxRecvs)", n, max_recvs_);
     return ncclInternalError;
   }
-  if (free_.empty()) return ncclSuccess;
-  int idx = free_.back();
-  free_.pop_back();
-  Req& r = reqs_[idx];
-  r.data = static_cast<char*>(data);
-  r.capacity = size;
-  r.state = State::kActive;
-  r.device = device;
-  r.host_stage = r.dev_stage = r.land_stage = nullptr;
-  r.asm_.reset(size);
-  r.nsegs = r.done_segs = r.scan = 0;
-  r.wire = 0;
-  r.any_codec = false;
-  ncclResult_t res = ncclSuccess;
-  void* target = data;
-  if (device) {
-    // Every payload for a device receive lands in pinned staging first (a socket cannot write device
-    // memory); it goes to the device on this comm's stream. All of the receive's staging is taken now,
-    // so that nothing later can find the arenas full.
-    bool busy = false;
-    res = take_device_staging(&r, marked, &busy);
-    if (res != ncclSuccess || busy) {
-      r.state = State::kFree;
-      free_.push_back(idx);
-      if (res != ncclSuccess) failed_ = true;
-      return res;  // busy: no request, NCCL retries
+  for (int i = 0; i < n; ++i) {
+    if (sizes[i] && !data[i]) {
+      ZIPCCL_WARN("irecv of %zu bytes into a null buffer", sizes[i]);
+      return ncclInternalError;
     }
-    target = r.host_stage;
-    ++gpu_messages_;
   }
-  unmatched_.push_back(idx);
-  active_.push_back(idx);
-  *request = &r.h;
-  res = conn_->post_target(target, size, codec::max_encoded_size(size));
+  if (free_.size() < static_cast<size_t>(n)) return ncclSuccess;  // no request: NCCL retries
+  int idx[kMaxRecvs];
+  void* targets[kMaxRecvs];
+  size_t staged[kMaxRecvs];
+  ncclResult_t res = ncclSuccess;
+  bool busy = false;
+  int taken = 0;
+  for (; taken < n && res == ncclSuccess && !busy; ++taken) {
+    idx[taken] = free_.back();
+    free_.pop_back();
+    Req* r = &reqs_[idx[taken]];
+    res = claim(r, data[taken], sizes[taken], device[taken], marked && n == 1, &busy);
+    r->tag = tags ? tags[taken] : 0;
+    r->check_tag = n > 1;
+    targets[taken] = r->device ? r->host_stage : data[taken];
+    staged[taken] = codec::max_encoded_size(sizes[taken]);
+  }
+  if (res != ncclSuccess || busy) {
+    for (int i = taken - 1; i >= 0; --i) unclaim(&reqs_[idx[i]]);
+    if (res != ncclSuccess) failed_ = true;
+    return res;  // busy: no request, NCCL retries
+  }
+  Req& lead = reqs_[idx[0]];
+  lead.group_n = n;
+  for (int i = 0; i < n; ++i) {
+    if (reqs_[idx[i]].device) ++gpu_messages_;
+    lead.group[i] = idx[i];
+    unmatched_.push_back(idx[i]);
+    active_.push_back(idx[i]);
+  }
+  *request = &lead.h;
+  res = conn_->post_group(n, targets, sizes, staged, tags);
   if (res == ncclSuccess) res = progress();
   if (res != ncclSuccess) failed_ = true;
   return res;
@@ -146,6 +180,7 @@ ncclResult_t RecvComm::progress() {
     if (!ready) break;
     Assembly next = r->asm_;  // committed only once the payload's receive is posted
     const char* bad = next.accept(r->meta, payload_len);
+    if (!bad && r->check_tag && r->meta.tag != r->tag) bad = "the message's tag is not its grouped receive's";
     if (bad) {
       ZIPCCL_WARN(
           "rejecting an incoming message: %s (frame: version %u, kind %u, segment %u%s, %llu B original, "
@@ -330,22 +365,19 @@ ncclResult_t RecvComm::fail(Req* /*r*/) {
   return ncclSystemError;
 }
 
-ncclResult_t RecvComm::test(void* request, int* done, size_t* size) {
-  *done = 0;
-  Req* r = reinterpret_cast<Req*>(request);
-  if (r < reqs_.data() || r >= reqs_.data() + reqs_.size() || r->state == State::kFree) {
-    ZIPCCL_WARN("test on a receive request this comm does not own (or already completed)");
-    return ncclInternalError;
-  }
-  if (failed_) return ncclSystemError;
-  if (progress() != ncclSuccess) return fail(r);
-  bool complete = false;
+// Whether receive r is complete (its bytes in NCCL's buffer); *res: an error found on the way.
+bool RecvComm::complete(Req* r, ncclResult_t* res) {
+  *res = ncclSuccess;
   if (r->state == State::kGpuLanding) {
-    if (finish_device_landing(r, &complete) != ncclSuccess) return fail(r);
-  } else {
-    complete = !r->device && r->asm_.complete && r->done_segs == r->nsegs;
+    bool done = false;
+    *res = finish_device_landing(r, &done);
+    return *res == ncclSuccess && done;
   }
-  if (!complete) return ncclSuccess;
+  return !r->device && r->asm_.complete && r->done_segs == r->nsegs;
+}
+
+// Counts a completed receive and frees its slot.
+void RecvComm::finish(Req* r) {
   ++stats_.messages;
   stats_.bytes_in += r->asm_.offset;
   stats_.bytes_wire += r->wire;
@@ -358,13 +390,37 @@ ncclResult_t RecvComm::test(void* request, int* done, size_t* size) {
     ++stats_.device_messages;
     if (r->any_codec) ++stats_.device_codec;
   }
-  *done = 1;
-  if (size) *size = static_cast<size_t>(r->asm_.offset);
   r->state = State::kFree;
+  r->group_n = 0;
   int idx = static_cast<int>(r - reqs_.data());
   if (r->device) gpu_->release(idx);
   active_.erase(std::find(active_.begin(), active_.end(), idx));
   free_.push_back(idx);
+}
+
+ncclResult_t RecvComm::test(void* request, int* done, size_t* sizes, int* count) {
+  *done = 0;
+  Req* r = reinterpret_cast<Req*>(request);
+  if (r < reqs_.data() || r >= reqs_.data() + reqs_.size() || r->state == State::kFree || r->group_n < 1) {
+    ZIPCCL_WARN("test on a receive request this comm does not own (or already completed)");
+    return ncclInternalError;
+  }
+  if (failed_) return ncclSystemError;
+  if (progress() != ncclSuccess) return fail(r);
+  const int n = r->group_n;
+  for (int i = 0; i < n; ++i) {
+    ncclResult_t res = ncclSuccess;
+    if (!complete(&reqs_[r->group[i]], &res)) return res == ncclSuccess ? ncclSuccess : fail(r);
+  }
+  int group[kMaxRecvs];
+  std::copy(r->group, r->group + n, group);
+  for (int i = 0; i < n; ++i) {
+    Req* m = &reqs_[group[i]];
+    if (sizes) sizes[i] = static_cast<size_t>(m->asm_.offset);
+    finish(m);
+  }
+  if (count) *count = n;
+  *done = 1;
   return ncclSuccess;
 }
 

@@ -458,6 +458,7 @@ ncclResult_t SendComm::progress() {
       // A codec frame is decoded by the receiver, not kept: a transport writing into the receiver's
       // memory lands it in staging (post_staged), while raw bytes go straight to the posted buffer.
       const uint8_t* m = reinterpret_cast<const uint8_t*>(&meta);
+      conn_->set_tag(r->tag);
       ZIPCCL_CHECK(g->kind == FrameKind::kCodec ? conn_->post_staged(m, payload, g->wire, &op)
                                                 : conn_->post(m, payload, g->wire, &op));
       if (op == kNoOp) {
