@@ -69,8 +69,12 @@ inline std::string inner_plugin_absent() {
 inline void* plugin_library() {
   static void* lib = [] {
     char error[ZIPCCL_NET_ERROR_MAX];
-    void* l = zipccl_net_dlopen(ZIPCCL_PLUGIN_PATH, nullptr, 0, error, sizeof error);
-    if (!l) std::fprintf(stderr, "dlopen(%s): %s\n", ZIPCCL_PLUGIN_PATH, error);
+    // ZIPCCL_TEST_PLUGIN drives another plugin through the same suite, e.g. an inner plugin alone to
+    // tell its own failures from zipccl's.
+    const char* other = std::getenv("ZIPCCL_TEST_PLUGIN");
+    const char* path = other && *other ? other : ZIPCCL_PLUGIN_PATH;
+    void* l = zipccl_net_dlopen(path, nullptr, 0, error, sizeof error);
+    if (!l) std::fprintf(stderr, "dlopen(%s): %s\n", path, error);
     return l;
   }();
   return lib;
