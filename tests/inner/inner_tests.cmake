@@ -61,10 +61,10 @@ gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.always." DIS
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
 gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.ofi.auto." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_ofi_filter}
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=auto --setenv=ZIPCCL_LINK_GBPS=1)
-# aws-ofi-nccl over tcp;ofi_rxm reports no error for a dead peer (its requests stay pending): a send
-# to a dead receiver becomes an error through ZIPCCL_IO_TIMEOUT_MS. A receive for a message that never
-# started looks like an idle peer, so SenderDiesMidTransfer cannot pass over this inner plugin: it
-# reports the loss of a sender to nobody (docs/notes/inner.md).
+# aws-ofi-nccl over tcp;ofi_rxm does not always report a dead peer (its requests may stay pending): a
+# send to a dead receiver becomes an error through ZIPCCL_IO_TIMEOUT_MS. A receive for a message that
+# never started looks like an idle peer when the inner says nothing, and aws-ofi-nccl alone misses a
+# dead sender about one run in eight, so SenderDiesMidTransfer is left out here (docs/notes/inner.md).
 gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.ofi." DISCOVERY_TIMEOUT 60
   TEST_FILTER "Faults.ReceiverDiesMidTransfer"
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0

@@ -1,6 +1,7 @@
 // Helper process for the fault tests: a peer that streams 16 MiB messages through the plugin until
 // it is killed.  plugin_peer send <hex handle>   |   plugin_peer recv   (prints its handle)
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,7 +12,8 @@ static void quiet_logger(ncclDebugLogLevel, unsigned long, const char*, int, con
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
-  void* lib = zipccl_net_dlopen(ZIPCCL_PLUGIN_PATH, nullptr, 0, nullptr, 0);
+  const char* other = std::getenv("ZIPCCL_TEST_PLUGIN");  // as the tests' plugin_library()
+  void* lib = zipccl_net_dlopen(other && *other ? other : ZIPCCL_PLUGIN_PATH, nullptr, 0, nullptr, 0);
   if (!lib) return 3;
   auto net = zipccl::net_client::load_version(lib, 9);
   void* ctx = nullptr;
@@ -32,10 +34,13 @@ int main(int argc, char** argv) {
     while (!sc) {
       if (net->connect(ctx, 0, handle, &sc, &dh) != ncclSuccess) return 6;
     }
+    // Registered as NCCL registers its buffers: some plugins (aws-ofi-nccl) require a handle.
+    void* mh = nullptr;
+    if (net->reg_mr(sc, buf.data(), kSize, NCCL_PTR_HOST, &mh) != ncclSuccess) return 10;
     for (int n = 0;; ++n) {
       void* req = nullptr;
       while (!req) {
-        if (net->isend(sc, buf.data(), kSize, 0, nullptr, &req) != ncclSuccess) return 7;
+        if (net->isend(sc, buf.data(), kSize, 0, mh, &req) != ncclSuccess) return 7;
       }
       int done = 0;
       while (!done) {
@@ -55,10 +60,12 @@ int main(int argc, char** argv) {
     while (!rc) {
       if (net->accept(lc, &rc, &dh) != ncclSuccess) return 7;
     }
+    void* mh = nullptr;
+    if (net->reg_mr(rc, buf.data(), kSize, NCCL_PTR_HOST, &mh) != ncclSuccess) return 10;
     for (int n = 0;; ++n) {
       void* req = nullptr;
       while (!req) {
-        if (net->irecv(rc, buf.data(), kSize, 0, nullptr, &req) != ncclSuccess) return 8;
+        if (net->irecv(rc, buf.data(), kSize, 0, mh, &req) != ncclSuccess) return 8;
       }
       int done = 0;
       while (!done) {

@@ -111,24 +111,27 @@ TEST_F(Faults, SenderDiesMidTransfer) {
   }
   ASSERT_TRUE(rc);
   std::vector<uint8_t> buf((16 << 20) + 64, kCanary);
+  void* mh = nullptr;
+  ASSERT_EQ(api_->reg_mr(rc, buf.data(), 16 << 20, NCCL_PTR_HOST, &mh), ncclSuccess);
   void* req = nullptr;
-  ASSERT_EQ(api_->irecv(rc, buf.data(), 16 << 20, 0, nullptr, &req), ncclSuccess);
+  ASSERT_EQ(api_->irecv(rc, buf.data(), 16 << 20, 0, mh, &req), ncclSuccess);
   double s = 0;
   int size = 0;
   ASSERT_EQ(poll_until(api_.get(), req, 10, &s, &size), ncclSuccess);
   EXPECT_EQ(size, 16 << 20);
   // Kill it while the next message is on its way.
-  ASSERT_EQ(api_->irecv(rc, buf.data(), 16 << 20, 0, nullptr, &req), ncclSuccess);
+  ASSERT_EQ(api_->irecv(rc, buf.data(), 16 << 20, 0, mh, &req), ncclSuccess);
   usleep(2000);
   kill(child.pid, SIGKILL);
   ncclResult_t r = poll_until(api_.get(), req, 15, &s, &size);
   if (r == ncclSuccess) {  // that message made it whole; the next one cannot
-    ASSERT_EQ(api_->irecv(rc, buf.data(), 16 << 20, 0, nullptr, &req), ncclSuccess);
+    ASSERT_EQ(api_->irecv(rc, buf.data(), 16 << 20, 0, mh, &req), ncclSuccess);
     r = poll_until(api_.get(), req, 15, &s, &size);
   }
   EXPECT_NE(r, ncclSuccess);
   EXPECT_LT(s, 10.0) << "error took too long";
   for (size_t i = 16 << 20; i < buf.size(); ++i) ASSERT_EQ(buf[i], kCanary);
+  api_->dereg_mr(rc, mh);
   api_->close_recv(rc);
   api_->close_listen(lc);
 }
