@@ -11,7 +11,7 @@
  * covered by a registration of this plugin. Data is copied at the send; a receive group completes when
  * all its receives have their message.
  * ZIPCCL_TEST_FAKE_CUDA=1 (read at init): the devices also take NCCL_PTR_CUDA, as an inner with GPUDirect
- * does. Under zipccl's GPU host emulation "device" memory is host memory, so the bytes still move; what
+ * does; =dev1: only device 1 (and fused devices) does, and a comm of device 0 refuses device memory. Under zipccl's GPU host emulation "device" memory is host memory, so the bytes still move; what
  * is device memory the test declares (fake_inner_declare_device), and every regMr must say NCCL_PTR_CUDA
  * exactly for declared memory, every isend/irecv must use a registration of the type its buffer has:
  * a buffer registered with the wrong type is an error, as it would be for a real NIC.
@@ -38,6 +38,7 @@ typedef struct {
   int errors;                /* calls this plugin refused (bad buffer, oversized send, bad n) */
   int regs_host, regs_cuda;  /* regMr calls per type */
   int posted_host, posted_cuda; /* isend/irecv buffers per registration type */
+  int iflush_calls;
 } fake_inner_state_t;
 
 __attribute__((visibility("default"))) fake_inner_state_t fake_inner_state;
@@ -52,7 +53,7 @@ static ncclDebugLogger_t g_log;
 static int g_ndev = kDevices;
 static char g_names[kMaxDevices][16] = {"fake0", "fake1"};
 static ncclNetVDeviceProps_v12_t g_vprops[kMaxDevices];
-static int g_cuda; /* ZIPCCL_TEST_FAKE_CUDA=1 */
+static int g_cuda; /* ZIPCCL_TEST_FAKE_CUDA: 0 none, 1 every device, 2 all but device 0 */
 
 /* Device memory as the test declares it (fake_inner_declare_device). */
 enum { kMaxDeviceRanges = 16 };
@@ -90,6 +91,7 @@ static int is_device(const void* p, size_t n) {
   pthread_mutex_unlock(&g_mu);
   return dev;
 }
+static int takes_cuda(int dev) { return g_cuda == 1 || (g_cuda == 2 && dev != 0); }
 static const char* type_name(int t) { return t == NCCL_PTR_CUDA ? "NCCL_PTR_CUDA" : "NCCL_PTR_HOST"; }
 
 #define FAKE_WARN(...)                                                         \
@@ -103,7 +105,7 @@ static ncclResult_t f_init(void** ctx, uint64_t comm_id, ncclNetCommConfig_v12_t
   (void)comm_id, (void)cfg, (void)prof;
   ++fake_inner_state.inits;
   const char* cuda = getenv("ZIPCCL_TEST_FAKE_CUDA");
-  g_cuda = cuda && strcmp(cuda, "1") == 0;
+  g_cuda = !cuda ? 0 : strcmp(cuda, "1") == 0 ? 1 : strcmp(cuda, "dev1") == 0 ? 2 : 0;
   g_log = log;
   *ctx = &g_ctx_marker;
   return ncclSuccess;
@@ -127,7 +129,7 @@ static ncclResult_t f_props(int dev, ncclNetProperties_v12_t* p) {
   if (dev < 0 || dev >= ndev) return ncclInvalidArgument;
   memset(p, 0, sizeof *p);
   p->name = g_names[dev];
-  p->ptrSupport = NCCL_PTR_HOST | (g_cuda ? NCCL_PTR_CUDA : 0);
+  p->ptrSupport = NCCL_PTR_HOST | (takes_cuda(dev) ? NCCL_PTR_CUDA : 0);
   p->speed = 100000;
   p->latency = 1;
   p->maxComms = 1024;
@@ -170,6 +172,7 @@ typedef struct {
   fake_req_t* q[kQueue]; /* posted receive groups with free receives, oldest first */
   int head, tail;
   int refs;
+  int dev; /* the connecting side's device */
 } fake_pipe_t;
 
 enum { kMaxPending = 64 };
@@ -224,6 +227,7 @@ static ncclResult_t f_connect(void* c, int d, void* h, void** s, ncclNetDeviceHa
   fake_pipe_t* p = (fake_pipe_t*)calloc(1, sizeof *p);
   if (!p) return ncclSystemError;
   p->refs = 2;
+  p->dev = d;
   pthread_mutex_lock(&g_mu);
   if (fl->npending == kMaxPending) {
     pthread_mutex_unlock(&g_mu);
@@ -260,9 +264,9 @@ static ncclResult_t f_close(void* c) {
   return ncclSuccess;
 }
 static ncclResult_t f_reg(void* c, void* d, size_t s, int t, void** m) {
-  (void)c;
-  if (t != NCCL_PTR_HOST && !(t == NCCL_PTR_CUDA && g_cuda)) {
-    FAKE_WARN("fake-inner: regMr of type %d, which its devices do not take", t);
+  const fake_pipe_t* p = (const fake_pipe_t*)c;
+  if (t != NCCL_PTR_HOST && !(t == NCCL_PTR_CUDA && takes_cuda(p->dev))) {
+    FAKE_WARN("fake-inner: regMr of type %d on a comm of device %d, which does not take it", t, p->dev);
     return ncclInternalError;
   }
   int want = is_device(d, s) ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
@@ -360,6 +364,7 @@ static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** 
 }
 static ncclResult_t f_iflush(void* c, int n, void** d, int* s, void** m, void** r) {
   (void)c, (void)n, (void)d, (void)s, (void)m;
+  __atomic_add_fetch(&fake_inner_state.iflush_calls, 1, __ATOMIC_RELAXED);
   *r = NULL;
   return ncclSuccess;
 }

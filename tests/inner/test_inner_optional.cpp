@@ -39,6 +39,7 @@ struct FakeState {
   int errors;
   int regs_host, regs_cuda;
   int posted_host, posted_cuda;
+  int iflush_calls;
 };
 
 // The stand-in's record, from the copy zipccl loaded (dlopen of the same file returns it).
@@ -58,7 +59,8 @@ bool declare_device(const void* p, size_t n) {
   return f && f(p, n);
 }
 
-// ZIPCCL_TEST_FAKE_CUDA=1: the stand-in's devices take NCCL_PTR_CUDA too.
+// ZIPCCL_TEST_FAKE_CUDA=1: the stand-in's devices take NCCL_PTR_CUDA too; =dev1: all but device 0,
+// the one these tests use (an inner whose devices differ).
 bool inner_cuda() {
   const char* e = std::getenv("ZIPCCL_TEST_FAKE_CUDA");
   return e && std::string(e) == "1";
@@ -420,6 +422,18 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
         if (!done) continue;
         rdone[r] = true;
         --open;
+        if (r % 2 == 0 && rmh) {  // NCCL flushes a completed receive into registered device memory
+          void* fdata = dst[r][0];
+          int fsize = static_cast<int>(rounds[r][0].capacity);
+          void* freq = nullptr;
+          ASSERT_EQ(net.iflush(rc, 1, &fdata, &fsize, &rmh, &freq), ncclSuccess);
+          for (int spins = 0; freq && spins < 1000000; ++spins) {
+            int fdone = 0, fsz = 0;
+            ASSERT_EQ(net.test(freq, &fdone, &fsz), ncclSuccess);
+            if (fdone) freq = nullptr;
+          }
+          ASSERT_EQ(freq, nullptr) << "a flush never completed";
+        }
         for (size_t k = 0; k < rounds[r].size(); ++k) {
           const Msg& m = rounds[r][k];
           const uint8_t* got = dst[r][k];
@@ -493,6 +507,8 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     // What the inner carries is host memory, registered as such, even for device messages.
     EXPECT_GT(st->posted_host, 0);
     EXPECT_EQ(st->posted_cuda, 0);
+    // The inner wrote no device memory, so NCCL's flushes have nothing to do there.
+    EXPECT_EQ(st->iflush_calls, 0);
   }
   EXPECT_EQ(st->errors, 0);
   EXPECT_EQ(api->close_send(sc), ncclSuccess);
