@@ -10,6 +10,11 @@
  * with its tag or nothing is posted yet. A send larger than its receive is an error, as are buffers not
  * covered by a registration of this plugin. Data is copied at the send; a receive group completes when
  * all its receives have their message.
+ * ZIPCCL_TEST_FAKE_CUDA=1 (read at init): the devices also take NCCL_PTR_CUDA, as an inner with GPUDirect
+ * does; =dev1: only device 1 (and fused devices) does, and a comm of device 0 refuses device memory. Under zipccl's GPU host emulation "device" memory is host memory, so the bytes still move; what
+ * is device memory the test declares (fake_inner_declare_device), and every regMr must say NCCL_PTR_CUDA
+ * exactly for declared memory, every isend/irecv must use a registration of the type its buffer has:
+ * a buffer registered with the wrong type is an error, as it would be for a real NIC.
  * The test reads fake_inner_state through dlopen(RTLD_NOLOAD) of the same file. */
 #include <pthread.h>
 #include <stdint.h>
@@ -31,6 +36,9 @@ typedef struct {
   unsigned long long bytes_sent;
   int live_regs;             /* regMr minus deregMr */
   int errors;                /* calls this plugin refused (bad buffer, oversized send, bad n) */
+  int regs_host, regs_cuda;  /* regMr calls per type */
+  int posted_host, posted_cuda; /* isend/irecv buffers per registration type */
+  int iflush_calls;
 } fake_inner_state_t;
 
 __attribute__((visibility("default"))) fake_inner_state_t fake_inner_state;
@@ -45,6 +53,46 @@ static ncclDebugLogger_t g_log;
 static int g_ndev = kDevices;
 static char g_names[kMaxDevices][16] = {"fake0", "fake1"};
 static ncclNetVDeviceProps_v12_t g_vprops[kMaxDevices];
+static int g_cuda; /* ZIPCCL_TEST_FAKE_CUDA: 0 none, 1 every device, 2 all but device 0 */
+
+/* Device memory as the test declares it (fake_inner_declare_device). */
+enum { kMaxDeviceRanges = 16 };
+static struct {
+  const char* p;
+  size_t n;
+} g_dev_ranges[kMaxDeviceRanges];
+static int g_ndev_ranges;
+
+/* Declares [p, p + n) device memory; p NULL forgets every declaration. */
+__attribute__((visibility("default"))) int fake_inner_declare_device(const void* p, size_t n) {
+  pthread_mutex_lock(&g_mu);
+  int ok = 1;
+  if (!p) {
+    g_ndev_ranges = 0;
+  } else if (g_ndev_ranges == kMaxDeviceRanges) {
+    ok = 0;
+  } else {
+    g_dev_ranges[g_ndev_ranges].p = (const char*)p;
+    g_dev_ranges[g_ndev_ranges].n = n;
+    ++g_ndev_ranges;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return ok;
+}
+/* Whether [p, p + n) touches declared device memory (an empty range: whether p lies in it). */
+static int is_device(const void* p, size_t n) {
+  const char* a = (const char*)p;
+  int dev = 0;
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < g_ndev_ranges && !dev; ++i) {
+    const char* b = g_dev_ranges[i].p;
+    dev = n ? (a < b + g_dev_ranges[i].n && b < a + n) : (a >= b && a < b + g_dev_ranges[i].n);
+  }
+  pthread_mutex_unlock(&g_mu);
+  return dev;
+}
+static int takes_cuda(int dev) { return g_cuda == 1 || (g_cuda == 2 && dev != 0); }
+static const char* type_name(int t) { return t == NCCL_PTR_CUDA ? "NCCL_PTR_CUDA" : "NCCL_PTR_HOST"; }
 
 #define FAKE_WARN(...)                                                         \
   do {                                                                         \
@@ -56,6 +104,8 @@ static ncclResult_t f_init(void** ctx, uint64_t comm_id, ncclNetCommConfig_v12_t
                            ncclProfilerCallback_t prof) {
   (void)comm_id, (void)cfg, (void)prof;
   ++fake_inner_state.inits;
+  const char* cuda = getenv("ZIPCCL_TEST_FAKE_CUDA");
+  g_cuda = !cuda ? 0 : strcmp(cuda, "1") == 0 ? 1 : strcmp(cuda, "dev1") == 0 ? 2 : 0;
   g_log = log;
   *ctx = &g_ctx_marker;
   return ncclSuccess;
@@ -79,7 +129,7 @@ static ncclResult_t f_props(int dev, ncclNetProperties_v12_t* p) {
   if (dev < 0 || dev >= ndev) return ncclInvalidArgument;
   memset(p, 0, sizeof *p);
   p->name = g_names[dev];
-  p->ptrSupport = NCCL_PTR_HOST;
+  p->ptrSupport = NCCL_PTR_HOST | (takes_cuda(dev) ? NCCL_PTR_CUDA : 0);
   p->speed = 100000;
   p->latency = 1;
   p->maxComms = 1024;
@@ -104,6 +154,7 @@ static ncclResult_t f_props(int dev, ncclNetProperties_v12_t* p) {
 typedef struct {
   void* data;
   size_t size;
+  int type;
 } fake_mr_t;
 
 enum { kSendReq = 1, kRecvReq = 2 };
@@ -121,6 +172,7 @@ typedef struct {
   fake_req_t* q[kQueue]; /* posted receive groups with free receives, oldest first */
   int head, tail;
   int refs;
+  int dev; /* the connecting side's device */
 } fake_pipe_t;
 
 enum { kMaxPending = 64 };
@@ -137,6 +189,22 @@ static int covered(void* mh, const void* data, size_t size) {
   const char* p = (const char*)data;
   return p >= (const char*)m->data && p + size <= (const char*)m->data + m->size;
 }
+/* A buffer of an isend/irecv: covered by its registration, whose type is the buffer's. */
+#define CHECK_BUFFER(mh, d, s, what)                                                                       \
+  do {                                                                                                     \
+    if (!covered(mh, d, s)) {                                                                              \
+      FAKE_WARN("fake-inner: " what " of %zu bytes at %p outside its registration", (size_t)(s), (void*)(d)); \
+      return ncclInternalError;                                                                            \
+    }                                                                                                      \
+    int want_ = is_device(d, s) ? NCCL_PTR_CUDA : NCCL_PTR_HOST, type_ = ((const fake_mr_t*)(mh))->type;   \
+    if (type_ != want_) {                                                                                  \
+      FAKE_WARN("fake-inner: " what " of %zu bytes at %p (%s memory) with a %s registration", (size_t)(s),  \
+                (void*)(d), type_name(want_), type_name(type_));                                          \
+      return ncclInternalError;                                                                            \
+    }                                                                                                      \
+    __atomic_add_fetch(type_ == NCCL_PTR_CUDA ? &fake_inner_state.posted_cuda : &fake_inner_state.posted_host, 1, \
+                       __ATOMIC_RELAXED);                                                                  \
+  } while (0)
 
 static ncclResult_t f_listen(void* c, int d, void* h, void** l) {
   (void)c;
@@ -159,6 +227,7 @@ static ncclResult_t f_connect(void* c, int d, void* h, void** s, ncclNetDeviceHa
   fake_pipe_t* p = (fake_pipe_t*)calloc(1, sizeof *p);
   if (!p) return ncclSystemError;
   p->refs = 2;
+  p->dev = d;
   pthread_mutex_lock(&g_mu);
   if (fl->npending == kMaxPending) {
     pthread_mutex_unlock(&g_mu);
@@ -195,12 +264,23 @@ static ncclResult_t f_close(void* c) {
   return ncclSuccess;
 }
 static ncclResult_t f_reg(void* c, void* d, size_t s, int t, void** m) {
-  (void)c;
-  if (t != NCCL_PTR_HOST) return ncclInternalError;
+  const fake_pipe_t* p = (const fake_pipe_t*)c;
+  if (t != NCCL_PTR_HOST && !(t == NCCL_PTR_CUDA && takes_cuda(p->dev))) {
+    FAKE_WARN("fake-inner: regMr of type %d on a comm of device %d, which does not take it", t, p->dev);
+    return ncclInternalError;
+  }
+  int want = is_device(d, s) ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
+  if (t != want) {
+    FAKE_WARN("fake-inner: regMr of %zu bytes at %p (%s memory) as %s", s, d, type_name(want), type_name(t));
+    return ncclInternalError;
+  }
   fake_mr_t* mr = (fake_mr_t*)malloc(sizeof *mr);
   if (!mr) return ncclSystemError;
   mr->data = d;
   mr->size = s;
+  mr->type = t;
+  __atomic_add_fetch(t == NCCL_PTR_CUDA ? &fake_inner_state.regs_cuda : &fake_inner_state.regs_host, 1,
+                     __ATOMIC_RELAXED);
   __atomic_add_fetch(&fake_inner_state.live_regs, 1, __ATOMIC_RELAXED);
   *m = mr;
   return ncclSuccess;
@@ -215,10 +295,7 @@ static ncclResult_t f_isend(void* c, void* d, size_t s, int t, void* m, void* ph
   (void)ph;
   fake_pipe_t* p = (fake_pipe_t*)c;
   *r = NULL;
-  if (!covered(m, d, s)) {
-    FAKE_WARN("fake-inner: isend of %zu bytes at %p outside its registration", s, d);
-    return ncclInternalError;
-  }
+  CHECK_BUFFER(m, d, s, "isend");
   fake_req_t* req = (fake_req_t*)calloc(1, sizeof *req);
   if (!req) return ncclSystemError;
   pthread_mutex_lock(&g_mu);
@@ -263,12 +340,7 @@ static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** 
     FAKE_WARN("fake-inner: irecv of %d receives (maxRecvs %d)", n, kMaxRecvs);
     return ncclInternalError;
   }
-  for (int i = 0; i < n; ++i) {
-    if (!covered(m[i], d[i], s[i])) {
-      FAKE_WARN("fake-inner: irecv of %zu bytes at %p outside its registration", s[i], d[i]);
-      return ncclInternalError;
-    }
-  }
+  for (int i = 0; i < n; ++i) CHECK_BUFFER(m[i], d[i], s[i], "irecv");
   fake_req_t* req = (fake_req_t*)calloc(1, sizeof *req);
   if (!req) return ncclSystemError;
   req->kind = kRecvReq;
@@ -292,6 +364,7 @@ static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** 
 }
 static ncclResult_t f_iflush(void* c, int n, void** d, int* s, void** m, void** r) {
   (void)c, (void)n, (void)d, (void)s, (void)m;
+  __atomic_add_fetch(&fake_inner_state.iflush_calls, 1, __ATOMIC_RELAXED);
   *r = NULL;
   return ncclSuccess;
 }

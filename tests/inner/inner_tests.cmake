@@ -136,3 +136,22 @@ foreach(_mode always never)
     --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_MAX_REQUESTS=128 --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0
     ${ZIPCCL_GPU_SETENV})
 endforeach()
+# An inner that takes NCCL_PTR_CUDA (ZIPCCL_TEST_FAKE_CUDA=1: the stand-in also advertises it and checks
+# each registration's type and each transfer's buffer against the memory the test declared "device"
+# memory): NCCL's device registrations are forwarded as NCCL_PTR_CUDA and released, the inner carries
+# only host memory (the GPU path's staging through zipccl's bounce buffers), and device->device,
+# host->device and device->host messages arrive bit-exact with each compression mode.
+foreach(_mode always never auto)
+  gtest_discover_tests(test_inner_optional_emu TEST_PREFIX "inner.fake.cuda.gpuemu.${_mode}." DISCOVERY_TIMEOUT 60
+    TEST_FILTER "Abi/InnerGrouped.*" PROPERTIES LABELS cpu
+    EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
+    --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_TEST_FAKE_CUDA=1 --setenv=ZIPCCL_MAX_REQUESTS=128
+    --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0 --setenv=ZIPCCL_LINK_GBPS=1 ${ZIPCCL_GPU_SETENV})
+endforeach()
+# An inner whose devices differ: device 1 takes NCCL_PTR_CUDA, device 0 (these tests') does not, and
+# refuses device registrations on its comms.
+gtest_discover_tests(test_inner_optional_emu TEST_PREFIX "inner.fake.cudadev1.gpuemu.always." DISCOVERY_TIMEOUT 60
+  TEST_FILTER "Abi/InnerGrouped.*" PROPERTIES LABELS cpu
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
+  --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_TEST_FAKE_CUDA=dev1 --setenv=ZIPCCL_MAX_REQUESTS=128
+  --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0 ${ZIPCCL_GPU_SETENV})

@@ -37,6 +37,9 @@ struct FakeState {
   unsigned long long bytes_sent;
   int live_regs;
   int errors;
+  int regs_host, regs_cuda;
+  int posted_host, posted_cuda;
+  int iflush_calls;
 };
 
 // The stand-in's record, from the copy zipccl loaded (dlopen of the same file returns it).
@@ -45,6 +48,22 @@ FakeState* fake_state() {
   if (!path) return nullptr;
   void* lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
   return lib ? static_cast<FakeState*>(dlsym(lib, "fake_inner_state")) : nullptr;
+}
+
+// The stand-in's fake_inner_declare_device: which memory is "device" memory (the GPU emulation's is host
+// memory); nullptr forgets it all.
+bool declare_device(const void* p, size_t n) {
+  const char* path = std::getenv("ZIPCCL_NET_INNER");
+  void* lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  auto* f = lib ? reinterpret_cast<int (*)(const void*, size_t)>(dlsym(lib, "fake_inner_declare_device")) : nullptr;
+  return f && f(p, n);
+}
+
+// ZIPCCL_TEST_FAKE_CUDA=1: the stand-in's devices take NCCL_PTR_CUDA too; =dev1: all but device 0,
+// the one these tests use (an inner whose devices differ).
+bool inner_cuda() {
+  const char* e = std::getenv("ZIPCCL_TEST_FAKE_CUDA");
+  return e && std::string(e) == "1";
 }
 
 bool extras() {
@@ -314,7 +333,11 @@ std::vector<const Msg*> send_order(const std::vector<std::vector<Msg>>& rounds) 
 }
 
 // ZIPCCL_TEST_PTR=cuda (test_inner_optional_emu, the GPU path's host emulation): registered buffers are
-// NCCL_PTR_CUDA, so groups mix device and host receives.
+// NCCL_PTR_CUDA, so groups mix device and host receives, and sends from device and host memory reach
+// both. The stand-in is told which memory is "device" memory and refuses a registration or a transfer
+// of the wrong type. With ZIPCCL_TEST_FAKE_CUDA=1 the inner takes NCCL_PTR_CUDA: zipccl forwards NCCL's
+// device registrations to it, yet the inner only ever carries host memory, since the GPU path moves
+// device data through its pinned host staging (docs/notes/inner.md, "Memory registration").
 int registered_type() {
   const char* v = std::getenv("ZIPCCL_TEST_PTR");
   return v && std::string(v) == "cuda" ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
@@ -365,8 +388,17 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     }
     void* rmh = nullptr;
     void* smh = nullptr;
+    const bool device = registered_type() == NCCL_PTR_CUDA;
+    if (device) {
+      ASSERT_TRUE(declare_device(rpool[0].data(), rpool[0].size()));
+      ASSERT_TRUE(declare_device(spool[0].data(), spool[0].size()));
+    }
     ASSERT_EQ(net.reg_mr(rc, rpool[0].data(), rpool[0].size(), registered_type(), &rmh), ncclSuccess);
     ASSERT_EQ(net.reg_mr(sc, spool[0].data(), spool[0].size(), registered_type(), &smh), ncclSuccess);
+    // Each message's way: from pool i % 2 of the sends into pool r % 2 of its receive's round.
+    int ways[2][2] = {};
+    for (size_t i = 0; i < order.size(); ++i) ++ways[i % 2][order[i]->round % 2];
+    EXPECT_TRUE(ways[0][0] && ways[0][1] && ways[1][0] && ways[1][1]);
     std::vector<void*> reqs(rounds.size(), nullptr), sreqs(order.size(), nullptr);
     std::vector<bool> sdone(order.size()), rdone(rounds.size());
     size_t open = order.size() + rounds.size();
@@ -390,6 +422,18 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
         if (!done) continue;
         rdone[r] = true;
         --open;
+        if (r % 2 == 0 && rmh) {  // NCCL flushes a completed receive into registered device memory
+          void* fdata = dst[r][0];
+          int fsize = static_cast<int>(rounds[r][0].capacity);
+          void* freq = nullptr;
+          ASSERT_EQ(net.iflush(rc, 1, &fdata, &fsize, &rmh, &freq), ncclSuccess);
+          for (int spins = 0; freq && spins < 1000000; ++spins) {
+            int fdone = 0, fsz = 0;
+            ASSERT_EQ(net.test(freq, &fdone, &fsz), ncclSuccess);
+            if (fdone) freq = nullptr;
+          }
+          ASSERT_EQ(freq, nullptr) << "a flush never completed";
+        }
         for (size_t k = 0; k < rounds[r].size(); ++k) {
           const Msg& m = rounds[r][k];
           const uint8_t* got = dst[r][k];
@@ -456,6 +500,15 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     }
     EXPECT_EQ(net.dereg_mr(sc, smh), ncclSuccess);
     EXPECT_EQ(net.dereg_mr(rc, rmh), ncclSuccess);
+    // NCCL's device registrations reach the inner exactly when it takes NCCL_PTR_CUDA (one per comm);
+    // host ones always (plus zipccl's own: header slots, bounce buffers).
+    EXPECT_EQ(st->regs_cuda, device && inner_cuda() ? 2 : 0);
+    EXPECT_GE(st->regs_host, device ? 2 : 4);
+    // What the inner carries is host memory, registered as such, even for device messages.
+    EXPECT_GT(st->posted_host, 0);
+    EXPECT_EQ(st->posted_cuda, 0);
+    // The inner wrote no device memory, so NCCL's flushes have nothing to do there.
+    EXPECT_EQ(st->iflush_calls, 0);
   }
   EXPECT_EQ(st->errors, 0);
   EXPECT_EQ(api->close_send(sc), ncclSuccess);
@@ -463,6 +516,7 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
   EXPECT_EQ(api->close_listen(lc), ncclSuccess);
   EXPECT_EQ(st->live_regs, 0);  // zipccl's own registrations and NCCL's forwarded ones all released
   EXPECT_EQ(api->finalize(), ncclSuccess);
+  declare_device(nullptr, 0);
 }
 
 // v7's irecv and test carry int sizes (converted by zipccl's adapters), v12's size_t.

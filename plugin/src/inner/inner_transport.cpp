@@ -22,7 +22,6 @@
 #include "inner/inner_transport.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -44,7 +43,6 @@ constexpr size_t kHeaderBytes = kMetaBytes + 8;    // metadata + payload length 
 struct Inner {
   std::unique_ptr<InnerNet> net;
   std::vector<InnerProps> props;  // grows with makeVDevice: read and grown under g_mu
-  std::atomic<bool> cuda{false};  // a device takes NCCL_PTR_CUDA
 };
 std::mutex g_mu;
 Inner* g_inner = nullptr;  // the open inner plugin; finalized and freed by finalize_inner_transport()
@@ -74,7 +72,12 @@ int inner_tag(int tag, bool payload) {
 // layer, counted per address) and the connection's own buffers.
 class Registrations {
  public:
-  Registrations(InnerNet* net, void* comm) : net_(net), comm_(comm) {}
+  // cuda: the comm's device takes NCCL_PTR_CUDA (devices of one inner may differ).
+  Registrations(InnerNet* net, void* comm, bool cuda) : net_(net), comm_(comm), cuda_(cuda) {}
+  // NCCL's regMr through the compressing layer. Device memory is registered with the inner only when
+  // the comm's device takes it (NCCL_PTR_CUDA); otherwise zipccl's GPU path stages it through host
+  // memory and the inner never sees it.
+  ncclResult_t pin(const MemDesc& m) { return m.device && !cuda_ ? ncclSuccess : add(m); }
   // Deregisters nothing by itself: clear() first where that is safe (see the connections' destructors).
   // Deregisters everything (before the comm closes).
   void clear() {
@@ -125,6 +128,7 @@ class Registrations {
   };
   InnerNet* net_;
   void* comm_;
+  bool cuda_;
   std::map<uintptr_t, Reg> regs_;
 };
 
@@ -222,8 +226,8 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
  public:
   // grouped: the inner's device takes grouped receives (maxRecvs > 1), so it matches sends to
   // receives by tag and messages with different tags need not be posted in order.
-  InnerSendConn(InnerNet* net, void* comm, bool grouped)
-      : net_(net), comm_(comm), regs_(net, comm), ops_(static_cast<size_t>(settings().max_requests)),
+  InnerSendConn(InnerNet* net, void* comm, bool grouped, bool cuda)
+      : net_(net), comm_(comm), regs_(net, comm, cuda), ops_(static_cast<size_t>(settings().max_requests)),
         grouped_(grouped) {}
   ~InnerSendConn() override {
     int inflight = 0;
@@ -303,11 +307,8 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   bool carries_segments() const override { return false; }
   void set_tag(int tag) override { tag_ = tag; }
 
-  ncclResult_t pin(const MemDesc& mem) override { return pin_memory(&regs_, mem); }
-  void unpin(void* data) override { unpin_memory(&regs_, data); }
-
-  static ncclResult_t pin_memory(Registrations* regs, const MemDesc& mem);
-  static void unpin_memory(Registrations* regs, void* data);
+  ncclResult_t pin(const MemDesc& mem) override { return regs_.pin(mem); }
+  void unpin(void* data) override { regs_.remove(data); }
 
  private:
   struct Op {
@@ -401,25 +402,20 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   bool failed_ = false;
 };
 
-// NCCL's regMr through the compressing layer. Device memory is registered with the inner only when
-// it takes device buffers (NCCL_PTR_CUDA); otherwise zipccl's GPU path stages it through host memory
-// and the inner never sees it.
-ncclResult_t InnerSendConn::pin_memory(Registrations* regs, const MemDesc& mem) {
-  if (mem.device && !g_inner->cuda.load()) return ncclSuccess;
-  return regs->add(mem);
-}
-void InnerSendConn::unpin_memory(Registrations* regs, void* data) { regs->remove(data); }
-
 // Receives are posted in groups (one per irecv of the compressing layer: NCCL's grouped irecv, or a
 // single receive): one grouped inner receive for the group's headers, then one for its payloads, each
 // receive's pair with its tag's inner tags. Headers land in registered slots; payloads in NCCL's
 // buffers. peek/recv/test then take the receives in posted order.
-class InnerRecvConn final : public RecvConn, public BufferRegistry, public DeviceFlusher {
+// No DeviceFlusher: the inner never writes device memory (a device receive's payload lands in the GPU
+// path's pinned host staging, and zipccl's own stream work moves it to the device before the receive
+// completes), so NCCL's iflush has nothing to make visible, even over an inner that takes NCCL_PTR_CUDA;
+// forwarding it would add the inner's flush (an RDMA read on IB) to every device receive.
+class InnerRecvConn final : public RecvConn, public BufferRegistry {
  public:
-  InnerRecvConn(InnerNet* net, void* comm, int max_group)
+  InnerRecvConn(InnerNet* net, void* comm, int max_group, bool cuda)
       : net_(net),
         comm_(comm),
-        regs_(net, comm),
+        regs_(net, comm, cuda),
         slots_(static_cast<size_t>(settings().max_requests)),
         groups_(slots_.size()),
         max_group_(max_group) {}
@@ -559,37 +555,8 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
     return ncclSuccess;
   }
 
-  ncclResult_t pin(const MemDesc& mem) override { return InnerSendConn::pin_memory(&regs_, mem); }
-  void unpin(void* data) override { InnerSendConn::unpin_memory(&regs_, data); }
-
-  // NCCL's iflush of a device buffer the inner wrote (GPUDirect): forwarded when the inner knows the
-  // buffer; nothing to do otherwise (zipccl's GPU path wrote it with its own copies).
-  ncclResult_t flush(void* data, size_t size, int* op) override {
-    *op = kNoOp;
-    void* mh = regs_.find(data, size);
-    if (!mh) return ncclSuccess;
-    int isize = static_cast<int>(size);
-    void* req = nullptr;
-    INNER_CHECK(net_->iflush(comm_, 1, &data, &isize, &mh, &req), "iflush of %zu bytes", size);
-    if (!req) return ncclSuccess;
-    size_t k = 0;
-    while (k < flushes_.size() && flushes_[k]) ++k;
-    if (k == flushes_.size()) flushes_.push_back(nullptr);
-    flushes_[k] = req;
-    *op = static_cast<int>(k);
-    return ncclSuccess;
-  }
-  ncclResult_t test_flush(int op, bool* done) override {
-    *done = false;
-    if (op < 0 || op >= static_cast<int>(flushes_.size()) || !flushes_[op]) return ncclInternalError;
-    int d = 0;
-    INNER_CHECK(net_->test(flushes_[op], &d, nullptr, 0), "test of a flush");
-    if (d) {
-      flushes_[op] = nullptr;
-      *done = true;
-    }
-    return ncclSuccess;
-  }
+  ncclResult_t pin(const MemDesc& mem) override { return regs_.pin(mem); }
+  void unpin(void* data) override { regs_.remove(data); }
 
  private:
   struct Slot {
@@ -677,7 +644,6 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
   std::vector<Group> groups_;
   std::deque<int> posting_;   // groups whose inner receives are not all posted, in order
   std::deque<int> arriving_;  // receives whose message recv() has not taken yet, in order
-  std::vector<void*> flushes_;
   Stall stall_;
   int max_group_;
   bool failed_ = false;
@@ -685,7 +651,8 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry, public Devic
 
 class InnerListener final : public Listener {
  public:
-  InnerListener(InnerNet* net, void* comm, int max_group) : net_(net), comm_(comm), max_group_(max_group) {}
+  InnerListener(InnerNet* net, void* comm, int max_group, bool cuda)
+      : net_(net), comm_(comm), max_group_(max_group), cuda_(cuda) {}
   ~InnerListener() override {
     if (net_->close_listen(comm_) != ncclSuccess) ZIPCCL_WARN("inner plugin %s: closeListen failed", inner_name());
   }
@@ -694,7 +661,7 @@ class InnerListener final : public Listener {
     void* rc = nullptr;
     INNER_CHECK(net_->accept(comm_, &rc), "accept");
     if (!rc) return ncclSuccess;
-    std::unique_ptr<InnerRecvConn> c(new InnerRecvConn(net_, rc, max_group_));
+    std::unique_ptr<InnerRecvConn> c(new InnerRecvConn(net_, rc, max_group_, cuda_));
     ZIPCCL_CHECK(c->init());
     *conn = c.release();
     return ncclSuccess;
@@ -704,6 +671,7 @@ class InnerListener final : public Listener {
   InnerNet* net_;
   void* comm_;
   int max_group_;
+  bool cuda_;
 };
 
 class InnerTransport final : public Transport {
@@ -740,7 +708,7 @@ class InnerTransport final : public Transport {
     *listener = nullptr;
     void* lc = nullptr;
     INNER_CHECK(in_->net->listen(dev, handle, &lc), "listen on device %d", dev);
-    *listener = new InnerListener(in_->net.get(), lc, max_recvs(dev));
+    *listener = new InnerListener(in_->net.get(), lc, max_recvs(dev), takes_cuda(dev));
     return ncclSuccess;
   }
   ncclResult_t connect(int dev, void* handle, SendConn** conn) override {
@@ -748,7 +716,7 @@ class InnerTransport final : public Transport {
     void* sc = nullptr;
     INNER_CHECK(in_->net->connect(dev, handle, &sc), "connect on device %d", dev);
     if (!sc) return ncclSuccess;
-    std::unique_ptr<InnerSendConn> c(new InnerSendConn(in_->net.get(), sc, max_recvs(dev) > 1));
+    std::unique_ptr<InnerSendConn> c(new InnerSendConn(in_->net.get(), sc, max_recvs(dev) > 1, takes_cuda(dev)));
     ZIPCCL_CHECK(c->init());
     *conn = c.release();
     return ncclSuccess;
@@ -760,6 +728,11 @@ class InnerTransport final : public Transport {
   int max_recvs(int dev) const {
     std::lock_guard<std::mutex> lock(g_mu);
     return dev < 0 || dev >= static_cast<int>(in_->props.size()) ? 1 : clamp_recvs(in_->props[dev].max_recvs);
+  }
+  // Whether the inner's device `dev` takes device buffers (NCCL_PTR_CUDA) for registration.
+  bool takes_cuda(int dev) const {
+    std::lock_guard<std::mutex> lock(g_mu);
+    return dev >= 0 && dev < static_cast<int>(in_->props.size()) && (in_->props[dev].ptr_support & NCCL_PTR_CUDA);
   }
   Inner* in_;
 };
@@ -805,7 +778,6 @@ ncclResult_t inner_make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props) {
   for (int i = static_cast<int>(g_inner->props.size()); i < n; ++i) {
     InnerProps p;
     INNER_CHECK(g_inner->net->properties(i, &p), "getProperties of its new device %d", i);
-    if (p.ptr_support & NCCL_PTR_CUDA) g_inner->cuda = true;
     g_inner->props.push_back(std::move(p));
   }
   return ncclSuccess;
@@ -866,7 +838,6 @@ ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t log
                 net->name());
   }
   g_inner = new Inner{std::move(net), std::move(props)};
-  for (const InnerProps& p : g_inner->props) g_inner->cuda = g_inner->cuda || (p.ptr_support & NCCL_PTR_CUDA);
   g_transport = new InnerTransport(g_inner);
   *out = g_transport;
   return ncclSuccess;
