@@ -121,6 +121,14 @@ class BufferRegistry {
   virtual ~BufferRegistry() = default;
   virtual ncclResult_t pin(const MemDesc& mem) = 0;
   virtual void unpin(void* data) = 0;
+  // Whether zipccl's own host staging (the GPU path's pinned buffers, which device messages are sent
+  // from and land in) is to be pinned too: a transport that would otherwise copy each such payload
+  // through buffers of its own (the inner transport) says yes. Default: no.
+  virtual bool pins_staging() const { return false; }
+  // True while the transport may still read or write pinned memory: requests in flight, which a
+  // connection closed now leaves open with its registrations. Memory the caller pinned must then not
+  // be unpinned or freed. Default: false.
+  virtual bool in_flight() const { return false; }
 };
 
 // Optional, for receive connections of transports whose NIC writes straight into device memory (RDMA

@@ -66,6 +66,20 @@ bool inner_cuda() {
   return e && std::string(e) == "1";
 }
 
+// What the inner transport's last closed connection of one kind (`what`: "send", "receive") said: how many
+// payloads it posted in place (registered memory) and how many it copied through its bounce buffers.
+bool close_counts(const char* what, unsigned long long* in_place, unsigned long long* bounced) {
+  const std::string key = std::string("inner transport: ") + what + " connection closes: ";
+  LogSink& s = log_sink();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (auto it = s.lines.rbegin(); it != s.lines.rend(); ++it) {
+    const size_t at = it->find(key);
+    if (at == std::string::npos) continue;
+    return std::sscanf(it->c_str() + at + key.size(), "%llu payload(s) %*s in place, %llu", in_place, bounced) == 2;
+  }
+  return false;
+}
+
 bool extras() {
   const char* e = std::getenv("ZIPCCL_TEST_FAKE_EXTRAS");
   return e && std::string(e) == "1";
@@ -515,6 +529,25 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
   EXPECT_EQ(api->close_recv(rc), ncclSuccess);
   EXPECT_EQ(api->close_listen(lc), ncclSuccess);
   EXPECT_EQ(st->live_regs, 0);  // zipccl's own registrations and NCCL's forwarded ones all released
+  if (extras() && registered_type() == NCCL_PTR_CUDA) {
+    // Device messages go from and land in the GPU path's pinned staging, which zipccl registers with the
+    // inner: none takes a bounce buffer. Host messages here are in the unregistered pool (or, compressed,
+    // in the compressing layer's staging): each takes one.
+    const auto rounds = make_rounds();
+    const auto order = send_order(rounds);
+    unsigned long long want[2][2] = {};  // [send, receive][in place, bounced]
+    for (size_t i = 0; i < order.size(); ++i) want[0][i % 2] += !order[i]->src.empty();
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      for (const Msg& m : rounds[r]) want[1][r % 2] += m.capacity > 0;
+    }
+    unsigned long long got[2][2] = {};
+    ASSERT_TRUE(close_counts("send", &got[0][0], &got[0][1]));
+    ASSERT_TRUE(close_counts("receive", &got[1][0], &got[1][1]));
+    for (int side = 0; side < 2; ++side) {
+      EXPECT_EQ(got[side][0], want[side][0]) << (side ? "receives" : "sends") << " of device messages in place";
+      EXPECT_EQ(got[side][1], want[side][1]) << (side ? "receives" : "sends") << " through bounce buffers";
+    }
+  }
   EXPECT_EQ(api->finalize(), ncclSuccess);
   declare_device(nullptr, 0);
 }

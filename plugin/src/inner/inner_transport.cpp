@@ -230,8 +230,9 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
       : net_(net), comm_(comm), regs_(net, comm, cuda), ops_(static_cast<size_t>(settings().max_requests)),
         grouped_(grouped) {}
   ~InnerSendConn() override {
-    int inflight = 0;
-    for (const Op& o : ops_) inflight += o.hdr.in_flight() + o.pay.in_flight();
+    ZIPCCL_INFO(NCCL_NET, "inner transport: send connection closes: %llu payload(s) posted in place, %llu through "
+                "its bounce buffers", (unsigned long long)in_place_, (unsigned long long)bounced_);
+    const int inflight = inflight_count();
     if (inflight) {
       auto* left = new LeftOpen{comm_, std::move(regs_), std::move(headers_), {}};
       for (Op& o : ops_) left->bounces.push_back(std::move(o.bounce));
@@ -273,6 +274,9 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
       std::memcpy(o.bounce.data(), payload, len);
       o.data = o.bounce.data();
       o.mh = regs_.find(o.data, len);
+      ++bounced_;
+    } else {
+      ++in_place_;
     }
     o.used = true;
     o.tag = tag_;
@@ -309,8 +313,15 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
 
   ncclResult_t pin(const MemDesc& mem) override { return regs_.pin(mem); }
   void unpin(void* data) override { regs_.remove(data); }
+  bool pins_staging() const override { return true; }
+  bool in_flight() const override { return inflight_count() > 0; }
 
  private:
+  int inflight_count() const {
+    int n = 0;
+    for (const Op& o : ops_) n += o.hdr.in_flight() + o.pay.in_flight();
+    return n;
+  }
   struct Op {
     bool used = false;
     void* data = nullptr;
@@ -397,6 +408,7 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   Stall stall_;
   uint64_t delivered_ = 0, backlog_ = 0;
   int tag_ = 0;  // set_tag()
+  uint64_t in_place_ = 0, bounced_ = 0;  // payloads posted from registered memory / copied to a bounce buffer
   std::vector<int> held_;  // progress(): inner tags held back this call (capacity kept)
   bool grouped_;
   bool failed_ = false;
@@ -420,8 +432,9 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry {
         groups_(slots_.size()),
         max_group_(max_group) {}
   ~InnerRecvConn() override {
-    int inflight = 0;
-    for (const Group& g : groups_) inflight += g.used ? g.hdr.in_flight() + g.pay.in_flight() : 0;
+    ZIPCCL_INFO(NCCL_NET, "inner transport: receive connection closes: %llu payload(s) landed in place, %llu "
+                "through its bounce buffers", (unsigned long long)in_place_, (unsigned long long)bounced_);
+    const int inflight = inflight_count();
     if (inflight) {
       auto* left = new LeftOpen{comm_, std::move(regs_), std::move(headers_), {}};
       for (Slot& s : slots_) left->bounces.push_back(std::move(s.bounce));
@@ -482,11 +495,14 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry {
       if (!capacity[k]) {
         s.landing = header(i);
         s.mh = regs_.find(header(i), kHeaderBytes);
-      } else if (!s.mh) {  // not registered with us (device receives' staging, tests without regMr)
+      } else if (!s.mh) {  // not registered with us (unregistered user buffers, tests without regMr)
         ncclResult_t r = s.bounce.reserve(&regs_, capacity[k]);
         if (r != ncclSuccess) return fail(r);
         s.landing = s.bounce.data();
         s.mh = regs_.find(s.landing, capacity[k]);
+        ++bounced_;
+      } else {
+        ++in_place_;
       }
       arriving_.push_back(static_cast<int>(i));
     }
@@ -557,8 +573,15 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry {
 
   ncclResult_t pin(const MemDesc& mem) override { return regs_.pin(mem); }
   void unpin(void* data) override { regs_.remove(data); }
+  bool pins_staging() const override { return true; }
+  bool in_flight() const override { return inflight_count() > 0; }
 
  private:
+  int inflight_count() const {
+    int n = 0;
+    for (const Group& g : groups_) n += g.used ? g.hdr.in_flight() + g.pay.in_flight() : 0;
+    return n;
+  }
   struct Slot {
     bool used = false, consumed = false;
     int group = 0, k = 0;     // its group, and its place there
@@ -646,6 +669,7 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry {
   std::deque<int> arriving_;  // receives whose message recv() has not taken yet, in order
   Stall stall_;
   int max_group_;
+  uint64_t in_place_ = 0, bounced_ = 0;  // receives posted into registered memory / into a bounce buffer
   bool failed_ = false;
 };
 

@@ -5,6 +5,7 @@
 // receive: pinned staging, copy to the device, decode into NCCL's buffer). The proxy thread only polls.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +44,40 @@ struct RequestHeader {
   uint32_t magic = kRequestMagic;
   bool is_send = false;
   void* comm = nullptr;
+};
+
+// The GPU path's pinned host staging registered with the connection's transport, when it asks for it
+// (BufferRegistry::pins_staging: the inner transport), so that device messages are posted from and
+// land in it without the transport's own copy. Each arena is pinned once, after the regMr that made
+// it, and unpinned at close; while the transport still has requests in flight nothing is unpinned and
+// the staging must outlive the connection (close() says so).
+class StagingPins {
+ public:
+  ncclResult_t pin_new(BufferRegistry* reg, const gpu::Channel& ch) {
+    if (!reg || !reg->pins_staging()) return ncclSuccess;
+    ncclResult_t res = ncclSuccess;
+    ch.for_each_host_arena([&](void* base, size_t bytes) {
+      if (res != ncclSuccess || std::find(pinned_.begin(), pinned_.end(), base) != pinned_.end()) return;
+      MemDesc m;
+      m.data = base;
+      m.size = bytes;
+      res = reg->pin(m);
+      if (res == ncclSuccess) pinned_.push_back(base);
+    });
+    return res;
+  }
+  // Before the connection closes. False: the transport may still use the staging, which must then be
+  // left allocated.
+  bool close(BufferRegistry* reg) {
+    if (!reg || pinned_.empty()) return true;
+    if (reg->in_flight()) return false;
+    for (void* p : pinned_) reg->unpin(p);
+    pinned_.clear();
+    return true;
+  }
+
+ private:
+  std::vector<void*> pinned_;
 };
 
 class EncodeJob final : public Job {
@@ -143,6 +178,7 @@ class SendComm {
 
   std::unique_ptr<SendConn> conn_;
   std::unique_ptr<gpu::Channel> gpu_;  // created at the first device message
+  StagingPins staging_pins_;
   uint64_t gpu_messages_ = 0;   // device messages started (the close line; stats_ counts completed ones)
   uint64_t segment_bytes_ = 0;  // 0: messages go whole on this connection
   std::vector<Req> reqs_;
@@ -248,6 +284,7 @@ class RecvComm {
 
   std::unique_ptr<RecvConn> conn_;
   std::unique_ptr<gpu::Channel> gpu_;
+  StagingPins staging_pins_;
   uint64_t gpu_messages_ = 0;  // device receives posted (the close line; stats_ counts completed ones)
   std::vector<Req> reqs_;
   std::vector<int> free_;

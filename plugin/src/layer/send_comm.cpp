@@ -93,7 +93,9 @@ SendComm::~SendComm() {
   if (sample_busy_) {
     while (!sample_job_.done.load(std::memory_order_acquire)) std::this_thread::yield();
   }
+  const bool staging_free = staging_pins_.close(dynamic_cast<BufferRegistry*>(conn_.get()));
   conn_.reset();  // joins the transport's helper threads, which may still read staging buffers
+  if (!staging_free) gpu_.release();  // the transport may still read it: left allocated, as the connection is
   gpu_.reset();   // waits for this comm's streams, then frees its device and pinned buffers
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET, "GPU path (send): %llu device messages, %llu sent as device-encoded frames",
@@ -266,8 +268,9 @@ void SendComm::finish_sample() {
 }
 
 ncclResult_t SendComm::reserve_device(void* data, size_t size) {
-  return gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size,
-                                   static_cast<size_t>(segment_count(size, segment_bytes_)), true);
+  ZIPCCL_CHECK(gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size,
+                                         static_cast<size_t>(segment_count(size, segment_bytes_)), true));
+  return staging_pins_.pin_new(dynamic_cast<BufferRegistry*>(conn_.get()), *gpu_);
 }
 
 // Device message: every segment's encode is enqueued on the stream now, each into its own region of
