@@ -125,6 +125,10 @@ class BufferRegistry {
   // from and land in) is to be pinned too: a transport that would otherwise copy each such payload
   // through buffers of its own (the inner transport) says yes. Default: no.
   virtual bool pins_staging() const { return false; }
+  // Whether device memory pinned here (MemDesc::device) may then be posted as a payload: the NIC reads
+  // device memory (GPUDirect). The GPU path then pins its device staging too and posts codec frames
+  // from it, without the copy to pinned host memory. Default: no.
+  virtual bool posts_device() const { return false; }
   // True while the transport may still read or write pinned memory: requests in flight, which a
   // connection closed now leaves open with its registrations. Memory the caller pinned must then not
   // be unpinned or freed. Default: false.

@@ -7,6 +7,8 @@
 // on a kernel fault (sticky: nothing after it runs, every call fails) or a failed launch, and every
 // call that may synchronise the device or load modules is counted (emulated_setup_calls), so the
 // tests catch an allocation or a module load on the data path, which the CPU cannot feel.
+#include <dlfcn.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -98,9 +100,14 @@ class EmulatedOps final : public DeviceOps {
     setup_call();
     delete static_cast<EmuEvent*>(event);
   }
-  ncclResult_t alloc_device(size_t n, void** p) override { return alloc(n, p); }
+  ncclResult_t alloc_device(size_t n, void** p) override {
+    ZIPCCL_CHECK(alloc(n, p));
+    if (auto* f = device_memory_listener()) f(*p, (n + 255) / 256 * 256);
+    return ncclSuccess;
+  }
   void free_device(void* p) override {
     setup_call();
+    if (auto* f = device_memory_listener()) f(p, 0);
     std::free(p);
   }
   ncclResult_t alloc_host(size_t n, void** p) override { return alloc(n, p); }
@@ -204,6 +211,18 @@ class EmulatedOps final : public DeviceOps {
     if (left != 0) return ncclSuccess;
     ZIPCCL_WARN("%s failed: too many resources requested for launch (emulated launch fault)", call);
     return ncclUnhandledCudaError;
+  }
+  // ZIPCCL_GPU_EMULATE_TELL=<loaded library>: its fake_inner_device_memory(p, n) hears of every emulated
+  // device allocation (n: its size) and free (n 0), so a stand-in inner plugin (tests/inner/fake_inner.c)
+  // can tell "device" memory from host memory in the registrations and transfers it checks.
+  using Listener = void (*)(const void*, size_t);
+  static Listener device_memory_listener() {
+    static const Listener f = [] {
+      const char* lib = std::getenv("ZIPCCL_GPU_EMULATE_TELL");
+      void* h = lib && *lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+      return h ? reinterpret_cast<Listener>(dlsym(h, "fake_inner_device_memory")) : nullptr;
+    }();
+    return f;
   }
   static ncclResult_t alloc(size_t n, void** p) {
     setup_call();

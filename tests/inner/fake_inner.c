@@ -37,7 +37,7 @@ typedef struct {
   int live_regs;             /* regMr minus deregMr */
   int errors;                /* calls this plugin refused (bad buffer, oversized send, bad n) */
   int regs_host, regs_cuda;  /* regMr calls per type */
-  int posted_host, posted_cuda; /* isend/irecv buffers per registration type */
+  int posted_host, posted_cuda; /* isend/irecv buffers taken, per registration type */
   int iflush_calls;
 } fake_inner_state_t;
 
@@ -56,7 +56,7 @@ static ncclNetVDeviceProps_v12_t g_vprops[kMaxDevices];
 static int g_cuda; /* ZIPCCL_TEST_FAKE_CUDA: 0 none, 1 every device, 2 all but device 0 */
 
 /* Device memory as the test declares it (fake_inner_declare_device). */
-enum { kMaxDeviceRanges = 16 };
+enum { kMaxDeviceRanges = 64 };
 static struct {
   const char* p;
   size_t n;
@@ -78,6 +78,21 @@ __attribute__((visibility("default"))) int fake_inner_declare_device(const void*
   }
   pthread_mutex_unlock(&g_mu);
   return ok;
+}
+/* zipccl's GPU emulation (ZIPCCL_GPU_EMULATE_TELL) reports its device allocations here (n > 0) and their
+ * frees (n 0): its device staging is device memory too. */
+__attribute__((visibility("default"))) void fake_inner_device_memory(const void* p, size_t n) {
+  if (n) {
+    if (!fake_inner_declare_device(p, n)) __atomic_add_fetch(&fake_inner_state.errors, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < g_ndev_ranges; ++i) {
+    if (g_dev_ranges[i].p != (const char*)p) continue;
+    g_dev_ranges[i] = g_dev_ranges[--g_ndev_ranges];
+    break;
+  }
+  pthread_mutex_unlock(&g_mu);
 }
 /* Whether [p, p + n) touches declared device memory (an empty range: whether p lies in it). */
 static int is_device(const void* p, size_t n) {
@@ -202,9 +217,13 @@ static int covered(void* mh, const void* data, size_t size) {
                 (void*)(d), type_name(want_), type_name(type_));                                          \
       return ncclInternalError;                                                                            \
     }                                                                                                      \
-    __atomic_add_fetch(type_ == NCCL_PTR_CUDA ? &fake_inner_state.posted_cuda : &fake_inner_state.posted_host, 1, \
-                       __ATOMIC_RELAXED);                                                                  \
   } while (0)
+/* A buffer the plugin took (not one of a call answered "try again"), by its registration's type. */
+static void count_posted(void* mh) {
+  __atomic_add_fetch(((const fake_mr_t*)mh)->type == NCCL_PTR_CUDA ? &fake_inner_state.posted_cuda
+                                                                   : &fake_inner_state.posted_host,
+                     1, __ATOMIC_RELAXED);
+}
 
 static ncclResult_t f_listen(void* c, int d, void* h, void** l) {
   (void)c;
@@ -329,6 +348,7 @@ static ncclResult_t f_isend(void* c, void* d, size_t s, int t, void* m, void* ph
   pthread_mutex_unlock(&g_mu);
   req->kind = kSendReq;
   req->send_size = s;
+  count_posted(m);
   *r = req;
   return ncclSuccess;
 }
@@ -359,6 +379,7 @@ static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** 
   p->q[p->tail++ % kQueue] = req;
   if (n > fake_inner_state.max_group_seen) fake_inner_state.max_group_seen = n;
   pthread_mutex_unlock(&g_mu);
+  for (int i = 0; i < n; ++i) count_posted(m[i]);
   *r = req;
   return ncclSuccess;
 }

@@ -25,8 +25,8 @@ gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.always." 
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
 gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.zipccl.auto." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_inner_versions}
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=auto --setenv=ZIPCCL_LINK_GBPS=1)
-# Device buffers (the GPU path's host emulation): staged through host memory the inner never saw
-# registered, so every payload takes the connections' bounce buffers.
+# Device buffers (the GPU path's host emulation): staged through the GPU path's pinned host staging,
+# which zipccl registers with the inner, so device payloads take no bounce buffer.
 # The outer instance is the test build with the host GPU emulation (libnccl-net-zipccl-testing.so).
 gtest_discover_tests(test_plugin_conformance_emu TEST_PREFIX "inner.zipccl.always.gpuemu." DISCOVERY_TIMEOUT 60
   TEST_FILTER "*/v12" PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=always
@@ -122,6 +122,9 @@ gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.with." DISCOVER
   EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_MAX_REQUESTS=128)
 gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.without." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
   EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-0.so --setenv=ZIPCCL_TEST_FAKE_EXTRAS=0 --setenv=ZIPCCL_MAX_REQUESTS=128)
+# The GPU emulation tells the stand-in which memory is its "device" memory (its device staging, which
+# zipccl registers as NCCL_PTR_CUDA and sends codec frames from when the inner takes NCCL_PTR_CUDA).
+set(_tell_fake --setenv=ZIPCCL_GPU_EMULATE_TELL=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so)
 # Grouped receives with every message compressed, and with none (then the inner carries exactly each
 # message's bytes and its header). ZIPCCL_MAX_REQUESTS=128 everywhere here: the grouped test keeps 66
 # receives posted and sends 20 messages of one tag before the other tag's first.
@@ -134,19 +137,20 @@ foreach(_mode always never)
     TEST_FILTER "Abi/InnerGrouped.*" PROPERTIES LABELS cpu
     EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
     --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_MAX_REQUESTS=128 --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0
-    ${ZIPCCL_GPU_SETENV})
+    ${ZIPCCL_GPU_SETENV} ${_tell_fake})
 endforeach()
 # An inner that takes NCCL_PTR_CUDA (ZIPCCL_TEST_FAKE_CUDA=1: the stand-in also advertises it and checks
 # each registration's type and each transfer's buffer against the memory the test declared "device"
 # memory): NCCL's device registrations are forwarded as NCCL_PTR_CUDA and released, the inner carries
-# only host memory (the GPU path's staging through zipccl's bounce buffers), and device->device,
+# host memory (the GPU path's pinned staging, registered) and device-encoded frames from the registered
+# device staging, and device->device,
 # host->device and device->host messages arrive bit-exact with each compression mode.
 foreach(_mode always never auto)
   gtest_discover_tests(test_inner_optional_emu TEST_PREFIX "inner.fake.cuda.gpuemu.${_mode}." DISCOVERY_TIMEOUT 60
     TEST_FILTER "Abi/InnerGrouped.*" PROPERTIES LABELS cpu
     EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
     --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_TEST_FAKE_CUDA=1 --setenv=ZIPCCL_MAX_REQUESTS=128
-    --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0 --setenv=ZIPCCL_LINK_GBPS=1 ${ZIPCCL_GPU_SETENV})
+    --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0 --setenv=ZIPCCL_LINK_GBPS=1 ${ZIPCCL_GPU_SETENV} ${_tell_fake})
 endforeach()
 # An inner whose devices differ: device 1 takes NCCL_PTR_CUDA, device 0 (these tests') does not, and
 # refuses device registrations on its comms.
@@ -154,4 +158,4 @@ gtest_discover_tests(test_inner_optional_emu TEST_PREFIX "inner.fake.cudadev1.gp
   TEST_FILTER "Abi/InnerGrouped.*" PROPERTIES LABELS cpu
   EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
   --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_TEST_FAKE_CUDA=dev1 --setenv=ZIPCCL_MAX_REQUESTS=128
-  --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0 ${ZIPCCL_GPU_SETENV})
+  --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0 ${ZIPCCL_GPU_SETENV} ${_tell_fake})

@@ -66,18 +66,25 @@ bool inner_cuda() {
   return e && std::string(e) == "1";
 }
 
-// What the inner transport's last closed connection of one kind (`what`: "send", "receive") said: how many
-// payloads it posted in place (registered memory) and how many it copied through its bounce buffers.
-bool close_counts(const char* what, unsigned long long* in_place, unsigned long long* bounced) {
-  const std::string key = std::string("inner transport: ") + what + " connection closes: ";
+// Two counts from zipccl's last log line containing `key` (a close line), read by `format` after it.
+bool last_counts(const std::string& key, const char* format, unsigned long long* a, unsigned long long* b) {
   LogSink& s = log_sink();
   std::lock_guard<std::mutex> lock(s.mu);
   for (auto it = s.lines.rbegin(); it != s.lines.rend(); ++it) {
     const size_t at = it->find(key);
-    if (at == std::string::npos) continue;
-    return std::sscanf(it->c_str() + at + key.size(), "%llu payload(s) %*s in place, %llu", in_place, bounced) == 2;
+    if (at != std::string::npos) return std::sscanf(it->c_str() + at + key.size(), format, a, b) == 2;
   }
   return false;
+}
+// What the inner transport's last closed connection of one kind (`what`: "send", "receive") said: how many
+// payloads it posted in place (registered memory) and how many it copied through its bounce buffers.
+bool close_counts(const char* what, unsigned long long* in_place, unsigned long long* bounced) {
+  return last_counts(std::string("inner transport: ") + what + " connection closes: ",
+                     "%llu payload(s) %*s in place, %llu", in_place, bounced);
+}
+// The send comm's close line of the GPU path: device messages, and how many went as device-encoded frames.
+bool send_gpu_counts(unsigned long long* messages, unsigned long long* frames) {
+  return last_counts("GPU path (send): ", "%llu device messages, %llu", messages, frames);
 }
 
 bool extras() {
@@ -514,13 +521,14 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     }
     EXPECT_EQ(net.dereg_mr(sc, smh), ncclSuccess);
     EXPECT_EQ(net.dereg_mr(rc, rmh), ncclSuccess);
-    // NCCL's device registrations reach the inner exactly when it takes NCCL_PTR_CUDA (one per comm);
-    // host ones always (plus zipccl's own: header slots, bounce buffers).
-    EXPECT_EQ(st->regs_cuda, device && inner_cuda() ? 2 : 0);
+    // NCCL's device registrations reach the inner exactly when it takes NCCL_PTR_CUDA (one per comm), and
+    // so does the sender's device staging (one arena); host ones always (plus zipccl's own: header
+    // slots, pinned staging, bounce buffers).
+    EXPECT_EQ(st->regs_cuda, device && inner_cuda() ? 3 : 0);
     EXPECT_GE(st->regs_host, device ? 2 : 4);
-    // What the inner carries is host memory, registered as such, even for device messages.
+    // What the inner carries is host memory, registered as such, except the codec frames the GPU path
+    // encoded (checked below, after the send comm's close line says how many).
     EXPECT_GT(st->posted_host, 0);
-    EXPECT_EQ(st->posted_cuda, 0);
     // The inner wrote no device memory, so NCCL's flushes have nothing to do there.
     EXPECT_EQ(st->iflush_calls, 0);
   }
@@ -529,6 +537,19 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
   EXPECT_EQ(api->close_recv(rc), ncclSuccess);
   EXPECT_EQ(api->close_listen(lc), ncclSuccess);
   EXPECT_EQ(st->live_regs, 0);  // zipccl's own registrations and NCCL's forwarded ones all released
+  if (extras()) {
+    // Over an inner that takes NCCL_PTR_CUDA each device-encoded codec frame goes from the device staging,
+    // registered as CUDA memory (no copy to pinned host memory); nothing else is device memory there.
+    unsigned long long frames = 0, device_msgs = 0;
+    if (registered_type() == NCCL_PTR_CUDA && inner_cuda()) {
+      ASSERT_TRUE(send_gpu_counts(&device_msgs, &frames));
+      const char* mode = std::getenv("ZIPCCL_COMPRESS");
+      if (mode && std::string(mode) == "always") {
+        EXPECT_GT(frames, 0u);
+      }
+    }
+    EXPECT_EQ(static_cast<unsigned long long>(st->posted_cuda), frames);
+  }
   if (extras() && registered_type() == NCCL_PTR_CUDA) {
     // Device messages go from and land in the GPU path's pinned staging, which zipccl registers with the
     // inner: none takes a bounce buffer. Host messages here are in the unregistered pool (or, compressed,

@@ -185,11 +185,12 @@ class Channel {
   ncclResult_t buffer(int slot, Buf which, size_t n, void** p);
   // Returns the slot's regions (its request completed).
   void release(int slot);
-  // Each pinned host staging arena (fn(base, bytes)): what device messages are sent from and land in.
-  // An arena lives as long as the Channel (a larger reserve() adds one; older ones only drain).
+  // Each staging arena of kind `which` (fn(base, bytes)): pinned host staging is what device messages
+  // are sent from and land in, device staging what they are encoded into. An arena lives as long as
+  // the Channel (a larger reserve() adds one; older ones only drain).
   template <typename Fn>
-  void for_each_host_arena(Fn&& fn) const {
-    for (const auto& a : arenas_[0]) fn(static_cast<void*>(a->base), a->cap);
+  void for_each_arena(Buf which, Fn&& fn) const {
+    for (const auto& a : arenas_[static_cast<int>(which)]) fn(static_cast<void*>(a->base), a->cap);
   }
   ncclResult_t record(int slot);
   ncclResult_t query(int slot, bool* done);

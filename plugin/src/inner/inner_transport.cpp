@@ -15,10 +15,11 @@
 // tag matching puts each message's header and payload at the index of the receive with its tag
 // (docs/notes/inner.md, "Grouped receives").
 //
-// Memory: NCCL's regMr of a comm is forwarded to the inner plugin (BufferRegistry); a payload in
-// memory the inner does not know (the compressing layer's staging, or an unregistered user buffer)
-// goes through a bounce buffer of the connection, registered once and grown when a larger message
-// comes. Every call here is non-blocking: a NULL request from the inner is retried on the next call.
+// Memory: NCCL's regMr of a comm is forwarded to the inner plugin (BufferRegistry), and so is the GPU
+// path's staging (pins_staging: pinned host staging; device staging as NCCL_PTR_CUDA on a sender whose
+// inner device takes it, posts_device); a payload in memory the inner does not know (the compressing
+// layer's staging for host messages, or an unregistered user buffer) goes through a bounce buffer of
+// the connection, registered once and grown when a larger message comes. Every call here is non-blocking: a NULL request from the inner is retried on the next call.
 #include "inner/inner_transport.h"
 
 #include <algorithm>
@@ -78,6 +79,7 @@ class Registrations {
   // the comm's device takes it (NCCL_PTR_CUDA); otherwise zipccl's GPU path stages it through host
   // memory and the inner never sees it.
   ncclResult_t pin(const MemDesc& m) { return m.device && !cuda_ ? ncclSuccess : add(m); }
+  bool cuda() const { return cuda_; }
   // Deregisters nothing by itself: clear() first where that is safe (see the connections' destructors).
   // Deregisters everything (before the comm closes).
   void clear() {
@@ -314,6 +316,9 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   ncclResult_t pin(const MemDesc& mem) override { return regs_.pin(mem); }
   void unpin(void* data) override { regs_.remove(data); }
   bool pins_staging() const override { return true; }
+  // Codec frames from the GPU path's device staging, registered as NCCL_PTR_CUDA: the inner's NIC reads
+  // them (GPUDirect), so they need no copy to pinned host memory first.
+  bool posts_device() const override { return regs_.cuda(); }
   bool in_flight() const override { return inflight_count() > 0; }
 
  private:

@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/log.h"
 #include "gpu/gpu_path.h"
 #include "layer/frame.h"
 #include "layer/policy.h"
@@ -48,26 +50,26 @@ struct RequestHeader {
 
 // The GPU path's pinned host staging registered with the connection's transport, when it asks for it
 // (BufferRegistry::pins_staging: the inner transport), so that device messages are posted from and
-// land in it without the transport's own copy. Each arena is pinned once, after the regMr that made
-// it, and unpinned at close; while the transport still has requests in flight nothing is unpinned and
-// the staging must outlive the connection (close() says so).
+// land in it without the transport's own copy; with `device` (a sender over a transport that posts
+// device memory, BufferRegistry::posts_device) the device staging too, as device memory, so codec
+// frames go from where they were encoded. Each arena is pinned once, after the regMr that made it, and
+// unpinned at close; while the transport still has requests in flight nothing is unpinned and the
+// staging must outlive the connection (close() says so).
 class StagingPins {
  public:
-  ncclResult_t pin_new(BufferRegistry* reg, const gpu::Channel& ch) {
+  ncclResult_t pin_new(BufferRegistry* reg, const gpu::Channel& ch, bool device) {
     if (!reg || !reg->pins_staging()) return ncclSuccess;
-    ncclResult_t res = ncclSuccess;
-    ch.for_each_host_arena([&](void* base, size_t bytes) {
-      if (res != ncclSuccess || std::find(pinned_.begin(), pinned_.end(), base) != pinned_.end()) return;
-      MemDesc m;
-      m.data = base;
-      m.size = bytes;
-      res = reg->pin(m);
-      if (res == ncclSuccess) pinned_.push_back(base);
-    });
-    return res;
+    ZIPCCL_CHECK(pin_arenas(reg, ch, gpu::Channel::Buf::kHost));
+    if (device && reg->posts_device()) {
+      ZIPCCL_CHECK(pin_arenas(reg, ch, gpu::Channel::Buf::kDevice));
+      device_frames_ = true;
+    }
+    return ncclSuccess;
   }
+  // Whether codec frames may be posted from the device staging (every device arena is pinned).
+  bool device_frames() const { return device_frames_; }
   // Before the connection closes. False: the transport may still use the staging, which must then be
-  // left allocated.
+  // left allocated (keep()).
   bool close(BufferRegistry* reg) {
     if (!reg || pinned_.empty()) return true;
     if (reg->in_flight()) return false;
@@ -75,9 +77,32 @@ class StagingPins {
     pinned_.clear();
     return true;
   }
+  // Keeps a channel whose staging the transport may still use for the process's lifetime (reachable, as
+  // the transport keeps what such a connection leaves open): a failed job leaks a little instead of the
+  // inner writing freed memory.
+  static void keep(std::unique_ptr<gpu::Channel> ch) {
+    static std::mutex mu;
+    static auto* kept = new std::vector<std::unique_ptr<gpu::Channel>>;
+    std::lock_guard<std::mutex> lock(mu);
+    kept->push_back(std::move(ch));
+  }
 
  private:
+  ncclResult_t pin_arenas(BufferRegistry* reg, const gpu::Channel& ch, gpu::Channel::Buf which) {
+    ncclResult_t res = ncclSuccess;
+    ch.for_each_arena(which, [&](void* base, size_t bytes) {
+      if (res != ncclSuccess || std::find(pinned_.begin(), pinned_.end(), base) != pinned_.end()) return;
+      MemDesc m;
+      m.data = base;
+      m.size = bytes;
+      m.device = which != gpu::Channel::Buf::kHost;
+      res = reg->pin(m);
+      if (res == ncclSuccess) pinned_.push_back(base);
+    });
+    return res;
+  }
   std::vector<void*> pinned_;
+  bool device_frames_ = false;
 };
 
 class EncodeJob final : public Job {
@@ -137,7 +162,7 @@ class SendComm {
     size_t stage_off = 0;     // its region in the staging buffers (max_encoded_size(len) bytes)
     FrameKind kind = FrameKind::kRaw;
     size_t wire = 0;
-    const void* staged = nullptr;   // device messages: the pinned copy that is posted
+    const void* staged = nullptr;   // device messages: what is posted (pinned copy, or frame in device staging)
     gpu::Result* result = nullptr;  // device encodes
     EncodeJob job;
   };

@@ -47,7 +47,7 @@ RecvComm::~RecvComm() {
   }
   const bool staging_free = staging_pins_.close(dynamic_cast<BufferRegistry*>(conn_.get()));
   conn_.reset();  // stops the transport's helper threads before NCCL frees its buffers
-  if (!staging_free) gpu_.release();  // the transport may still write it: left allocated, as the connection is
+  if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still write its staging
   gpu_.reset();   // waits for this comm's stream (copies, decodes into NCCL's buffers)
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET, "GPU path (recv): %llu device messages, %llu decoded on the device",
@@ -141,7 +141,7 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
 ncclResult_t RecvComm::reserve_device(void* data, size_t size) {
   // A zipccl sender's segments other than the last are at least 4 KiB (effective_segment_bytes).
   ZIPCCL_CHECK(gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size, size / 4096 + 1, false));
-  return staging_pins_.pin_new(dynamic_cast<BufferRegistry*>(conn_.get()), *gpu_);
+  return staging_pins_.pin_new(dynamic_cast<BufferRegistry*>(conn_.get()), *gpu_, false);
 }
 
 // A device receive's regions: pinned staging for what arrives (a whole codec frame may be up to

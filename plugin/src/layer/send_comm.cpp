@@ -95,7 +95,7 @@ SendComm::~SendComm() {
   }
   const bool staging_free = staging_pins_.close(dynamic_cast<BufferRegistry*>(conn_.get()));
   conn_.reset();  // joins the transport's helper threads, which may still read staging buffers
-  if (!staging_free) gpu_.release();  // the transport may still read it: left allocated, as the connection is
+  if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still read its staging
   gpu_.reset();   // waits for this comm's streams, then frees its device and pinned buffers
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET, "GPU path (send): %llu device messages, %llu sent as device-encoded frames",
@@ -270,7 +270,7 @@ void SendComm::finish_sample() {
 ncclResult_t SendComm::reserve_device(void* data, size_t size) {
   ZIPCCL_CHECK(gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size,
                                          static_cast<size_t>(segment_count(size, segment_bytes_)), true));
-  return staging_pins_.pin_new(dynamic_cast<BufferRegistry*>(conn_.get()), *gpu_);
+  return staging_pins_.pin_new(dynamic_cast<BufferRegistry*>(conn_.get()), *gpu_, true);
 }
 
 // Device message: every segment's encode is enqueued on the stream now, each into its own region of
@@ -373,7 +373,13 @@ ncclResult_t SendComm::progress_device() {
             ZIPCCL_CHECK(gpu_->buffer(idx, gpu::Channel::Buf::kDevice, r->stage_bytes, &frames));
             g->kind = FrameKind::kCodec;
             g->wire = g->result->size;
-            ZIPCCL_CHECK(copy_to_host(r, g, j, static_cast<char*>(frames) + g->stage_off, g->wire));
+            char* frame = static_cast<char*>(frames) + g->stage_off;
+            if (staging_pins_.device_frames()) {  // the NIC reads it there; the encode has completed
+              g->staged = frame;
+              g->state = SegState::kReady;
+            } else {
+              ZIPCCL_CHECK(copy_to_host(r, g, j, frame, g->wire));
+            }
           } else {
             ZIPCCL_CHECK(copy_to_host(r, g, j, src_raw, g->len));
           }
