@@ -152,6 +152,12 @@ foreach(_mode always never auto)
     --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_TEST_FAKE_CUDA=1 --setenv=ZIPCCL_MAX_REQUESTS=128
     --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0 --setenv=ZIPCCL_LINK_GBPS=1 ${ZIPCCL_GPU_SETENV} ${_tell_fake})
 endforeach()
+# A receive comm closed with a device receive in flight keeps the staging the inner may still write.
+gtest_discover_tests(test_inner_optional_emu TEST_PREFIX "inner.fake.cuda.gpuemu.always." DISCOVERY_TIMEOUT 60
+  TEST_FILTER "InnerStaging.*" PROPERTIES LABELS cpu
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
+  --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_TEST_FAKE_CUDA=1 --setenv=ZIPCCL_COMPRESS=always
+  --setenv=ZIPCCL_MIN_BYTES=0 ${ZIPCCL_GPU_SETENV} ${_tell_fake})
 # An inner whose devices differ: device 1 takes NCCL_PTR_CUDA, device 0 (these tests') does not, and
 # refuses device registrations on its comms.
 gtest_discover_tests(test_inner_optional_emu TEST_PREFIX "inner.fake.cudadev1.gpuemu.always." DISCOVERY_TIMEOUT 60

@@ -573,6 +573,52 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
   declare_device(nullptr, 0);
 }
 
+// A receive comm closed with a device receive still posted (a failed job): its inner comm and
+// registrations stay open, and so does the GPU path's pinned staging that the receive's payload lands in
+// (registered with the inner). A message sent afterwards lands there: under ASan (tools/test.sh) a freed
+// staging shows as a use-after-free in the stand-in's copy.
+TEST(InnerStaging, ClosedWithADeviceReceivePostedKeepsItsStaging) {
+  if (registered_type() != NCCL_PTR_CUDA) GTEST_SKIP() << "device buffers only (test_inner_optional_emu)";
+  auto api = load_api(12);
+  ASSERT_TRUE(api);
+  ASSERT_EQ(api->init(), ncclSuccess);
+  FakeState* st = fake_state();
+  ASSERT_NE(st, nullptr);
+  void *sc = nullptr, *rc = nullptr, *lc = nullptr;
+  ASSERT_TRUE(make_pair(api.get(), &sc, &rc, &lc));
+  auto& net = api->net();
+  const size_t n = 64 << 10;
+  std::vector<uint8_t> src = make_data(DataKind::kBf16Gauss, n, 11), dst(n);
+  ASSERT_TRUE(declare_device(src.data(), n));
+  ASSERT_TRUE(declare_device(dst.data(), n));
+  void *smh = nullptr, *rmh = nullptr;
+  ASSERT_EQ(net.reg_mr(sc, src.data(), n, NCCL_PTR_CUDA, &smh), ncclSuccess);
+  ASSERT_EQ(net.reg_mr(rc, dst.data(), n, NCCL_PTR_CUDA, &rmh), ncclSuccess);
+  void* rreq = nullptr;
+  ASSERT_EQ(api->irecv(rc, dst.data(), n, 5, rmh, &rreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  EXPECT_EQ(net.dereg_mr(rc, rmh), ncclSuccess);
+  EXPECT_EQ(api->close_recv(rc), ncclSuccess);
+  EXPECT_TRUE(log_contains("closing a receive connection with"));
+  void* sreq = nullptr;
+  auto t0 = Clock::now();
+  for (int done = 0, size = 0; !done;) {
+    if (!sreq) {
+      ASSERT_EQ(api->isend(sc, src.data(), n, 5, smh, &sreq), ncclSuccess);
+    } else {
+      ASSERT_EQ(api->test(sreq, &done, &size), ncclSuccess);
+    }
+    ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0) << "the send never completed";
+  }
+  EXPECT_EQ(st->errors, 0);
+  EXPECT_EQ(net.dereg_mr(sc, smh), ncclSuccess);
+  EXPECT_EQ(api->close_send(sc), ncclSuccess);
+  EXPECT_EQ(api->close_listen(lc), ncclSuccess);
+  EXPECT_GT(st->live_regs, 0);  // what the receive connection left open
+  EXPECT_EQ(api->finalize(), ncclSuccess);
+  declare_device(nullptr, 0);
+}
+
 // v7's irecv and test carry int sizes (converted by zipccl's adapters), v12's size_t.
 INSTANTIATE_TEST_SUITE_P(Abi, InnerGrouped, ::testing::Values(7, 12),
                          [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
