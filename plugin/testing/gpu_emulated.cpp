@@ -7,6 +7,8 @@
 // on a kernel fault (sticky: nothing after it runs, every call fails) or a failed launch, and every
 // call that may synchronise the device or load modules is counted (emulated_setup_calls), so the
 // tests catch an allocation or a module load on the data path, which the CPU cannot feel.
+#include "testing/gpu_emulated.h"
+
 #include <dlfcn.h>
 
 #include <chrono>
@@ -19,8 +21,6 @@
 #include <mutex>
 #include <new>
 #include <thread>
-
-#include "testing/gpu_emulated.h"
 
 #include "common/log.h"
 #include "common/settings.h"

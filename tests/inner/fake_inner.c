@@ -208,13 +208,14 @@ static int covered(void* mh, const void* data, size_t size) {
 #define CHECK_BUFFER(mh, d, s, what)                                                                       \
   do {                                                                                                     \
     if (!covered(mh, d, s)) {                                                                              \
-      FAKE_WARN("fake-inner: " what " of %zu bytes at %p outside its registration", (size_t)(s), (void*)(d)); \
+      FAKE_WARN("fake-inner: " what " of %zu bytes at %p outside its registration", (size_t)(s),           \
+                (void*)(d));                                                                               \
       return ncclInternalError;                                                                            \
     }                                                                                                      \
     int want_ = is_device(d, s) ? NCCL_PTR_CUDA : NCCL_PTR_HOST, type_ = ((const fake_mr_t*)(mh))->type;   \
     if (type_ != want_) {                                                                                  \
-      FAKE_WARN("fake-inner: " what " of %zu bytes at %p (%s memory) with a %s registration", (size_t)(s),  \
-                (void*)(d), type_name(want_), type_name(type_));                                          \
+      FAKE_WARN("fake-inner: " what " of %zu bytes at %p (%s memory) with a %s registration", (size_t)(s), \
+                (void*)(d), type_name(want_), type_name(type_));                                           \
       return ncclInternalError;                                                                            \
     }                                                                                                      \
   } while (0)

@@ -565,7 +565,8 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     ASSERT_TRUE(close_counts("send", &got[0][0], &got[0][1]));
     ASSERT_TRUE(close_counts("receive", &got[1][0], &got[1][1]));
     for (int side = 0; side < 2; ++side) {
-      EXPECT_EQ(got[side][0], want[side][0]) << (side ? "receives" : "sends") << " of device messages in place";
+      EXPECT_EQ(got[side][0], want[side][0])
+          << (side ? "receives" : "sends") << " of device messages in place";
       EXPECT_EQ(got[side][1], want[side][1]) << (side ? "receives" : "sends") << " through bounce buffers";
     }
   }

@@ -19,7 +19,8 @@
 // path's staging (pins_staging: pinned host staging; device staging as NCCL_PTR_CUDA on a sender whose
 // inner device takes it, posts_device); a payload in memory the inner does not know (the compressing
 // layer's staging for host messages, or an unregistered user buffer) goes through a bounce buffer of
-// the connection, registered once and grown when a larger message comes. Every call here is non-blocking: a NULL request from the inner is retried on the next call.
+// the connection, registered once and grown when a larger message comes. Every call here is
+// non-blocking: a NULL request from the inner is retried on the next call.
 #include "inner/inner_transport.h"
 
 #include <algorithm>
@@ -232,8 +233,10 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
       : net_(net), comm_(comm), regs_(net, comm, cuda), ops_(static_cast<size_t>(settings().max_requests)),
         grouped_(grouped) {}
   ~InnerSendConn() override {
-    ZIPCCL_INFO(NCCL_NET, "inner transport: send connection closes: %llu payload(s) posted in place, %llu through "
-                "its bounce buffers", (unsigned long long)in_place_, (unsigned long long)bounced_);
+    ZIPCCL_INFO(NCCL_NET,
+                "inner transport: send connection closes: %llu payload(s) posted in place, %llu through "
+                "its bounce buffers",
+                (unsigned long long)in_place_, (unsigned long long)bounced_);
     const int inflight = inflight_count();
     if (inflight) {
       auto* left = new LeftOpen{comm_, std::move(regs_), std::move(headers_), {}};
@@ -437,8 +440,10 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry {
         groups_(slots_.size()),
         max_group_(max_group) {}
   ~InnerRecvConn() override {
-    ZIPCCL_INFO(NCCL_NET, "inner transport: receive connection closes: %llu payload(s) landed in place, %llu "
-                "through its bounce buffers", (unsigned long long)in_place_, (unsigned long long)bounced_);
+    ZIPCCL_INFO(NCCL_NET,
+                "inner transport: receive connection closes: %llu payload(s) landed in place, %llu "
+                "through its bounce buffers",
+                (unsigned long long)in_place_, (unsigned long long)bounced_);
     const int inflight = inflight_count();
     if (inflight) {
       auto* left = new LeftOpen{comm_, std::move(regs_), std::move(headers_), {}};

@@ -162,7 +162,7 @@ class SendComm {
     size_t stage_off = 0;     // its region in the staging buffers (max_encoded_size(len) bytes)
     FrameKind kind = FrameKind::kRaw;
     size_t wire = 0;
-    const void* staged = nullptr;   // device messages: what is posted (pinned copy, or frame in device staging)
+    const void* staged = nullptr;   // device messages: what is posted (pinned copy, or device frame)
     gpu::Result* result = nullptr;  // device encodes
     EncodeJob job;
   };

@@ -140,7 +140,8 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
 
 ncclResult_t RecvComm::reserve_device(void* data, size_t size) {
   // A zipccl sender's segments other than the last are at least 4 KiB (effective_segment_bytes).
-  ZIPCCL_CHECK(gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size, size / 4096 + 1, false));
+  ZIPCCL_CHECK(
+      gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size, size / 4096 + 1, false));
   return staging_pins_.pin_new(dynamic_cast<BufferRegistry*>(conn_.get()), *gpu_, false);
 }
 
