@@ -129,6 +129,18 @@ class BufferRegistry {
   // device memory (GPUDirect). The GPU path then pins its device staging too and posts codec frames
   // from it, without the copy to pinned host memory. Default: no.
   virtual bool posts_device() const { return false; }
+  // Receive connections where posts_device(): the NIC may write pinned device memory, and a completed
+  // receive's bytes there become visible to a kernel only after this flush (GPUDirect RDMA; the
+  // inner's iflush on the region with its own registration). *op is kNoOp when there is nothing to
+  // wait for; test_flush_pinned() completes it without blocking. Default: nothing to do.
+  virtual ncclResult_t flush_pinned(void* /*data*/, size_t /*size*/, int* op) {
+    *op = kNoOp;
+    return ncclSuccess;
+  }
+  virtual ncclResult_t test_flush_pinned(int /*op*/, bool* done) {
+    *done = true;
+    return ncclSuccess;
+  }
   // True while the transport may still read or write pinned memory: requests in flight, which a
   // connection closed now leaves open with its registrations. Memory the caller pinned must then not
   // be unpinned or freed. Default: false.

@@ -15,6 +15,10 @@
  * is device memory the test declares (fake_inner_declare_device), and every regMr must say NCCL_PTR_CUDA
  * exactly for declared memory, every isend/irecv must use a registration of the type its buffer has:
  * a buffer registered with the wrong type is an error, as it would be for a real NIC.
+ * GPUDirect consistency, made observable: a message received into CUDA-registered memory is not visible
+ * when the receive completes (as a NIC's PCIe writes may still be in flight past the completion): the
+ * region holds a poison pattern and the bytes wait in a shadow copy until an iflush covering them, with
+ * a CUDA registration of that memory, copies them in. A reader that skips the flush sees the poison.
  * The test reads fake_inner_state through dlopen(RTLD_NOLOAD) of the same file. */
 #include <pthread.h>
 #include <stdint.h>
@@ -39,6 +43,8 @@ typedef struct {
   int regs_host, regs_cuda;  /* regMr calls per type */
   int posted_host, posted_cuda; /* isend/irecv buffers taken, per registration type */
   int iflush_calls;
+  int recv_cuda;   /* irecv buffers taken with a CUDA registration (landings in device memory) */
+  int unflushed;   /* messages received into CUDA memory and not yet made visible by an iflush */
 } fake_inner_state_t;
 
 __attribute__((visibility("default"))) fake_inner_state_t fake_inner_state;
@@ -172,7 +178,7 @@ typedef struct {
   int type;
 } fake_mr_t;
 
-enum { kSendReq = 1, kRecvReq = 2 };
+enum { kSendReq = 1, kRecvReq = 2, kFlushReq = 3 };
 typedef struct {
   int kind, n, filled;
   size_t send_size;
@@ -181,7 +187,19 @@ typedef struct {
   int tag[8];
   int got_set[8];
   size_t got[8];
+  int cuda[8]; /* receive i's registration is NCCL_PTR_CUDA: its message waits for an iflush */
 } fake_req_t;
+
+/* Messages received into CUDA-registered memory, not yet visible (under g_mu). */
+typedef struct {
+  char* dst;
+  size_t n;
+  char* shadow;
+} fake_unflushed_t;
+enum { kMaxUnflushed = 4096 };
+static fake_unflushed_t g_unflushed[kMaxUnflushed];
+static int g_nunflushed;
+static const unsigned char kPoison = 0xA5;
 
 typedef struct {
   fake_req_t* q[kQueue]; /* posted receive groups with free receives, oldest first */
@@ -341,7 +359,24 @@ static ncclResult_t f_isend(void* c, void* d, size_t s, int t, void* m, void* ph
     return ncclInternalError;
   }
   if (k != first_free) ++fake_inner_state.out_of_order_sends;
-  if (s) memcpy(g->data[k], d, s);
+  if (s && g->cuda[k]) {
+    char* shadow = g_nunflushed < kMaxUnflushed ? (char*)malloc(s) : NULL;
+    if (!shadow) {
+      pthread_mutex_unlock(&g_mu);
+      free(req);
+      FAKE_WARN("fake-inner: no room for a message awaiting its iflush");
+      return ncclInternalError;
+    }
+    memcpy(shadow, d, s);
+    memset(g->data[k], kPoison, s);
+    g_unflushed[g_nunflushed].dst = (char*)g->data[k];
+    g_unflushed[g_nunflushed].n = s;
+    g_unflushed[g_nunflushed].shadow = shadow;
+    ++g_nunflushed;
+    fake_inner_state.unflushed = g_nunflushed;
+  } else if (s) {
+    memcpy(g->data[k], d, s);
+  }
   g->got_set[k] = 1;
   g->got[k] = s;
   if (++g->filled == g->n) ++p->head;
@@ -370,6 +405,7 @@ static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** 
     req->data[i] = d[i];
     req->size[i] = s[i];
     req->tag[i] = t[i];
+    req->cuda[i] = ((const fake_mr_t*)m[i])->type == NCCL_PTR_CUDA;
   }
   pthread_mutex_lock(&g_mu);
   if (p->tail - p->head == kQueue) {
@@ -380,20 +416,51 @@ static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** 
   p->q[p->tail++ % kQueue] = req;
   if (n > fake_inner_state.max_group_seen) fake_inner_state.max_group_seen = n;
   pthread_mutex_unlock(&g_mu);
-  for (int i = 0; i < n; ++i) count_posted(m[i]);
+  for (int i = 0; i < n; ++i) {
+    count_posted(m[i]);
+    if (req->cuda[i]) __atomic_add_fetch(&fake_inner_state.recv_cuda, 1, __ATOMIC_RELAXED);
+  }
   *r = req;
   return ncclSuccess;
 }
+/* Makes the messages received into [d[i], d[i] + s[i]) visible; the request completes at its first
+ * test. Each region must be covered by its CUDA registration. */
 static ncclResult_t f_iflush(void* c, int n, void** d, int* s, void** m, void** r) {
-  (void)c, (void)n, (void)d, (void)s, (void)m;
-  __atomic_add_fetch(&fake_inner_state.iflush_calls, 1, __ATOMIC_RELAXED);
+  (void)c;
   *r = NULL;
+  __atomic_add_fetch(&fake_inner_state.iflush_calls, 1, __ATOMIC_RELAXED);
+  for (int i = 0; i < n; ++i) {
+    if (s[i] < 0 || !covered(m[i], d[i], (size_t)s[i]) || ((const fake_mr_t*)m[i])->type != NCCL_PTR_CUDA) {
+      FAKE_WARN("fake-inner: iflush of %d bytes at %p outside a CUDA registration", s[i], d[i]);
+      return ncclInternalError;
+    }
+  }
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < n; ++i) {
+    const char* b = (const char*)d[i];
+    for (int j = 0; j < g_nunflushed;) {
+      fake_unflushed_t* u = &g_unflushed[j];
+      if (u->dst >= b && u->dst + u->n <= b + s[i]) {
+        memcpy(u->dst, u->shadow, u->n);
+        free(u->shadow);
+        *u = g_unflushed[--g_nunflushed];
+      } else {
+        ++j;
+      }
+    }
+  }
+  fake_inner_state.unflushed = g_nunflushed;
+  pthread_mutex_unlock(&g_mu);
+  fake_req_t* req = (fake_req_t*)calloc(1, sizeof *req);
+  if (!req) return ncclSystemError;
+  req->kind = kFlushReq;
+  *r = req;
   return ncclSuccess;
 }
 static ncclResult_t f_test(void* r, int* done, int* sizes) {
   fake_req_t* req = (fake_req_t*)r;
   *done = 0;
-  if (req->kind == kSendReq) {
+  if (req->kind == kSendReq || req->kind == kFlushReq) {
     *done = 1;
     if (sizes) sizes[0] = (int)req->send_size;
     free(req);

@@ -40,6 +40,8 @@ struct FakeState {
   int regs_host, regs_cuda;
   int posted_host, posted_cuda;
   int iflush_calls;
+  int recv_cuda;
+  int unflushed;
 };
 
 // The stand-in's record, from the copy zipccl loaded (dlopen of the same file returns it).
@@ -522,15 +524,24 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     EXPECT_EQ(net.dereg_mr(sc, smh), ncclSuccess);
     EXPECT_EQ(net.dereg_mr(rc, rmh), ncclSuccess);
     // NCCL's device registrations reach the inner exactly when it takes NCCL_PTR_CUDA (one per comm), and
-    // so does the sender's device staging (one arena); host ones always (plus zipccl's own: header
-    // slots, pinned staging, bounce buffers).
-    EXPECT_EQ(st->regs_cuda, device && inner_cuda() ? 3 : 0);
+    // so do the sender's and the receiver's device staging (one arena each); host ones always (plus
+    // zipccl's own: header slots, pinned staging, bounce buffers).
+    EXPECT_EQ(st->regs_cuda, device && inner_cuda() ? 4 : 0);
     EXPECT_GE(st->regs_host, device ? 2 : 4);
     // What the inner carries is host memory, registered as such, except the codec frames the GPU path
     // encoded (checked below, after the send comm's close line says how many).
     EXPECT_GT(st->posted_host, 0);
-    // The inner wrote no device memory, so NCCL's flushes have nothing to do there.
-    EXPECT_EQ(st->iflush_calls, 0);
+    // Over an inner that takes NCCL_PTR_CUDA every device receive's payload lands in the receiver's device
+    // staging (CUDA-registered) and zipccl flushes each landing once before reading it: the stand-in
+    // shows the bytes only after that flush (skipped, the data is its poison). NCCL's own iflush is not
+    // forwarded (it would add flushes here), and nothing is left unflushed.
+    EXPECT_EQ(st->iflush_calls, st->recv_cuda);
+    EXPECT_EQ(st->unflushed, 0);
+    if (device && inner_cuda()) {
+      EXPECT_GT(st->recv_cuda, 0);
+    } else {
+      EXPECT_EQ(st->recv_cuda, 0);
+    }
   }
   EXPECT_EQ(st->errors, 0);
   EXPECT_EQ(api->close_send(sc), ncclSuccess);
@@ -548,7 +559,7 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
         EXPECT_GT(frames, 0u);
       }
     }
-    EXPECT_EQ(static_cast<unsigned long long>(st->posted_cuda), frames);
+    EXPECT_EQ(static_cast<unsigned long long>(st->posted_cuda), frames + st->recv_cuda);
   }
   if (extras() && registered_type() == NCCL_PTR_CUDA) {
     // Device messages go from and land in the GPU path's pinned staging, which zipccl registers with the
@@ -564,6 +575,10 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     unsigned long long got[2][2] = {};
     ASSERT_TRUE(close_counts("send", &got[0][0], &got[0][1]));
     ASSERT_TRUE(close_counts("receive", &got[1][0], &got[1][1]));
+    // Over an inner with NCCL_PTR_CUDA those in-place receives are exactly the device-staging landings.
+    if (inner_cuda()) {
+      EXPECT_EQ(static_cast<unsigned long long>(st->recv_cuda), want[1][0]);
+    }
     for (int side = 0; side < 2; ++side) {
       EXPECT_EQ(got[side][0], want[side][0])
           << (side ? "receives" : "sends") << " of device messages in place";

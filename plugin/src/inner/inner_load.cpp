@@ -86,6 +86,9 @@ class ClientInner final : public InnerNet {
     if (n < 1 || n > net_client::kMaxGroupedRecvs) return ncclInternalError;
     return net_->irecv(rc, n, data, sizes, tags, mhs, ph, req);
   }
+  ncclResult_t iflush(void* rc, void* data, int size, void* mh, void** req) override {
+    return net_->iflush(rc, 1, &data, &size, &mh, req);
+  }
   ncclResult_t test(void* req, int* done, size_t* sizes, int n) override {
     int s[net_client::kMaxGroupedRecvs] = {};  // a grouped receive writes one size per receive
     ncclResult_t r = net_->test(req, done, s);

@@ -59,6 +59,8 @@ class InnerNet {
   virtual ncclResult_t isend(void* send_comm, void* data, size_t size, int tag, void* mh, void** req) = 0;
   virtual ncclResult_t irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhs,
                              void** req) = 0;
+  // One region (size: the inner ABI's int); *req == nullptr: nothing to wait for.
+  virtual ncclResult_t iflush(void* recv_comm, void* data, int size, void* mh, void** req) = 0;
   // sizes: room for the request's n sizes (a grouped receive reports one per receive); may be null.
   virtual ncclResult_t test(void* req, int* done, size_t* sizes, int n) = 0;
   virtual ncclResult_t close_send(void* c) = 0;

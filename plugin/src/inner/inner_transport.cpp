@@ -426,10 +426,11 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
 // single receive): one grouped inner receive for the group's headers, then one for its payloads, each
 // receive's pair with its tag's inner tags. Headers land in registered slots; payloads in NCCL's
 // buffers. peek/recv/test then take the receives in posted order.
-// No DeviceFlusher: the inner never writes device memory (a device receive's payload lands in the GPU
-// path's pinned host staging, and zipccl's own stream work moves it to the device before the receive
-// completes), so NCCL's iflush has nothing to make visible, even over an inner that takes NCCL_PTR_CUDA;
-// forwarding it would add the inner's flush (an RDMA read on IB) to every device receive.
+// No DeviceFlusher: NCCL's iflush is not forwarded. The inner writes device memory only into the GPU
+// path's device staging (posts_device), which zipccl's own kernels read after flushing it itself
+// (flush_pinned); zipccl's stream work into NCCL's buffer completes before the receive does, so NCCL's
+// iflush has nothing to make visible; forwarding it would add the inner's flush (an RDMA read on IB) to
+// every device receive.
 class InnerRecvConn final : public RecvConn, public BufferRegistry {
  public:
   InnerRecvConn(InnerNet* net, void* comm, int max_group, bool cuda)
@@ -442,8 +443,8 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry {
   ~InnerRecvConn() override {
     ZIPCCL_INFO(NCCL_NET,
                 "inner transport: receive connection closes: %llu payload(s) landed in place, %llu "
-                "through its bounce buffers",
-                (unsigned long long)in_place_, (unsigned long long)bounced_);
+                "through its bounce buffers, %llu flush(es) of device memory",
+                (unsigned long long)in_place_, (unsigned long long)bounced_, (unsigned long long)flushed_);
     const int inflight = inflight_count();
     if (inflight) {
       auto* left = new LeftOpen{comm_, std::move(regs_), std::move(headers_), {}};
@@ -584,11 +585,54 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry {
   ncclResult_t pin(const MemDesc& mem) override { return regs_.pin(mem); }
   void unpin(void* data) override { regs_.remove(data); }
   bool pins_staging() const override { return true; }
+  // Device receives land in the GPU path's device staging (NCCL_PTR_CUDA) when the inner device takes it.
+  bool posts_device() const override { return regs_.cuda(); }
   bool in_flight() const override { return inflight_count() > 0; }
+  // The inner's iflush on a region of a CUDA registration of ours (as NCCL calls it before its own
+  // kernels read what the NIC wrote); one flush request per op slot.
+  ncclResult_t flush_pinned(void* data, size_t size, int* op) override {
+    *op = kNoOp;
+    if (failed_) return ncclSystemError;
+    void* mh = regs_.find(data, size);
+    if (!mh || size > static_cast<size_t>(INT32_MAX)) {
+      ZIPCCL_WARN("inner transport: flush of %zu bytes outside a registration of this connection", size);
+      return fail(ncclInternalError);
+    }
+    size_t i = 0;
+    while (i < flushes_.size() && flushes_[i]) ++i;
+    if (i == flushes_.size()) flushes_.push_back(nullptr);
+    void* req = nullptr;
+    ncclResult_t r = net_->iflush(comm_, data, static_cast<int>(size), mh, &req);
+    if (r != ncclSuccess) {
+      ZIPCCL_WARN("inner plugin %s: iflush of %zu bytes failed (error %d)", inner_name(), size,
+                  static_cast<int>(r));
+      return fail(r);
+    }
+    ++flushed_;
+    if (!req) return ncclSuccess;  // the inner needs no flush here
+    flushes_[i] = req;
+    *op = static_cast<int>(i);
+    return ncclSuccess;
+  }
+  ncclResult_t test_flush_pinned(int op, bool* done) override {
+    *done = false;
+    if (op < 0 || op >= static_cast<int>(flushes_.size()) || !flushes_[op]) return ncclInternalError;
+    int d = 0;
+    ncclResult_t r = net_->test(flushes_[op], &d, nullptr, 0);
+    if (r != ncclSuccess) {
+      ZIPCCL_WARN("inner plugin %s: test of a flush failed (error %d)", inner_name(), static_cast<int>(r));
+      return fail(r);
+    }
+    if (!d) return ncclSuccess;
+    flushes_[op] = nullptr;
+    *done = true;
+    return ncclSuccess;
+  }
 
  private:
   int inflight_count() const {
     int n = 0;
+    for (void* f : flushes_) n += f != nullptr;
     for (const Group& g : groups_) n += g.used ? g.hdr.in_flight() + g.pay.in_flight() : 0;
     return n;
   }
@@ -680,6 +724,8 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry {
   Stall stall_;
   int max_group_;
   uint64_t in_place_ = 0, bounced_ = 0;  // receives posted into registered memory / into a bounce buffer
+  uint64_t flushed_ = 0;                 // iflush calls (device staging landings)
+  std::vector<void*> flushes_;           // flush requests in flight, by op
   bool failed_ = false;
 };
 

@@ -257,8 +257,11 @@ class RecvComm {
   // staging at the same offset) -> kDecoding (pool, into NCCL's buffer at the offset) -> kDone; device
   // receives kReceiving (into pinned staging at the offset) -> H2D, decode (or copy), flag-last
   // landing enqueued on the stream -> kDone (the receive's event, recorded after its last segment's
-  // work, completes them all). Segments progress independently of the request NCCL tests.
-  enum class SegState { kReceiving, kDecoding, kGpuQueued, kDone };
+  // work, completes them all). A device receive landing in device staging (Req::in_device) passes
+  // through kFlushing (the transport's flush of the region, flush_pinned) before its decode (or
+  // device-to-device copy) is enqueued, with no H2D. Segments progress independently of the request
+  // NCCL tests.
+  enum class SegState { kReceiving, kFlushing, kDecoding, kGpuQueued, kDone };
   struct Seg {
     SegState state = SegState::kReceiving;
     FrameMeta meta{};
@@ -275,6 +278,7 @@ class RecvComm {
     State state = State::kFree;
     bool device = false;
     bool landing = false;  // land flag-last (gpu::needs_ordered_landing)
+    bool in_device = false;  // device receive landing in device staging (StagingPins::device_frames)
     void* host_stage = nullptr;
     void* dev_stage = nullptr;   // device receives: codec frames, laid out like the message
     void* land_stage = nullptr;  // device receives landing flag-last
@@ -311,6 +315,7 @@ class RecvComm {
   std::unique_ptr<gpu::Channel> gpu_;
   StagingPins staging_pins_;
   uint64_t gpu_messages_ = 0;  // device receives posted (the close line; stats_ counts completed ones)
+  uint64_t device_landed_ = 0;  // payloads landed in device staging (each flushed before it is read)
   std::vector<Req> reqs_;
   std::vector<int> free_;
   std::deque<int> unmatched_;

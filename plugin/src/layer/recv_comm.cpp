@@ -50,8 +50,11 @@ RecvComm::~RecvComm() {
   if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still write its staging
   gpu_.reset();   // waits for this comm's stream (copies, decodes into NCCL's buffers)
   if (gpu_messages_) {
-    ZIPCCL_INFO(NCCL_NET, "GPU path (recv): %llu device messages, %llu decoded on the device",
-                (unsigned long long)gpu_messages_, (unsigned long long)stats_.device_codec);
+    ZIPCCL_INFO(NCCL_NET,
+                "GPU path (recv): %llu device messages, %llu decoded on the device, %llu payloads landed in "
+                "device staging",
+                (unsigned long long)gpu_messages_, (unsigned long long)stats_.device_codec,
+                (unsigned long long)device_landed_);
   }
   header.magic = kDeadMagic;
   for (Req& r : reqs_) r.h.magic = kDeadMagic;
@@ -67,6 +70,7 @@ ncclResult_t RecvComm::claim(Req* r, void* data, size_t size, bool device, bool 
   r->capacity = size;
   r->state = State::kActive;
   r->device = device;
+  r->in_device = device && staging_pins_.device_frames();
   r->host_stage = r->dev_stage = r->land_stage = nullptr;
   r->asm_.reset(size);
   r->nsegs = r->done_segs = r->scan = 0;
@@ -74,8 +78,9 @@ ncclResult_t RecvComm::claim(Req* r, void* data, size_t size, bool device, bool 
   r->any_codec = false;
   r->group_n = 0;
   if (!device) return ncclSuccess;
-  // Every payload for a device receive lands in pinned staging first (a socket cannot write device
-  // memory); it goes to the device on this comm's stream.
+  // Every payload for a device receive lands in staging first: device staging when the transport
+  // writes device memory (StagingPins::device_frames), else pinned host staging (a socket cannot write
+  // device memory), from where it goes to the device on this comm's stream.
   return take_device_staging(r, marked, busy);
 }
 
@@ -115,7 +120,7 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
     res = claim(r, data[taken], sizes[taken], device[taken], marked && n == 1, &busy);
     r->tag = tags ? tags[taken] : 0;
     r->check_tag = n > 1;
-    targets[taken] = r->device ? r->host_stage : data[taken];
+    targets[taken] = r->in_device ? r->dev_stage : r->device ? r->host_stage : data[taken];
     staged[taken] = codec::max_encoded_size(sizes[taken]);
   }
   if (res != ncclSuccess || busy) {
@@ -142,7 +147,8 @@ ncclResult_t RecvComm::reserve_device(void* data, size_t size) {
   // A zipccl sender's segments other than the last are at least 4 KiB (effective_segment_bytes).
   ZIPCCL_CHECK(
       gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size, size / 4096 + 1, false));
-  return staging_pins_.pin_new(dynamic_cast<BufferRegistry*>(conn_.get()), *gpu_, false);
+  // Device arenas too, when the transport writes device memory: payloads then land there (no H2D).
+  return staging_pins_.pin_new(dynamic_cast<BufferRegistry*>(conn_.get()), *gpu_, true);
 }
 
 // A device receive's regions: pinned staging for what arrives (a whole codec frame may be up to
@@ -211,7 +217,7 @@ ncclResult_t RecvComm::progress() {
     char* dst = nullptr;
     if (!staged) {
       if (r->device) {
-        dst = static_cast<char*>(r->host_stage) + g->off;
+        dst = static_cast<char*>(r->in_device ? r->dev_stage : r->host_stage) + g->off;
       } else if (codec_frame) {
         // Host codec segments land in staging laid out like the message (a whole codec frame may be
         // up to max_encoded_size(posted)); sized at the message's first codec segment, never while
@@ -264,7 +270,15 @@ ncclResult_t RecvComm::advance(Req* r) {
       ZIPCCL_CHECK(conn_->test(g->op, &finished));
       if (!finished) continue;
       g->op = kNoOp;
-      if (r->device) {
+      if (r->in_device) {
+        // GPUDirect: the completion does not make the NIC's writes visible to a kernel; the
+        // transport's flush of the region does, and only then is the decode (or copy) enqueued.
+        ++device_landed_;
+        auto* reg = dynamic_cast<BufferRegistry*>(conn_.get());
+        const size_t len = static_cast<size_t>(g->meta.wire_len);
+        ZIPCCL_CHECK(reg->flush_pinned(const_cast<void*>(g->src), len, &g->op));
+        g->state = SegState::kFlushing;
+      } else if (r->device) {
         ZIPCCL_CHECK(start_device_segment(r, g, j, g->src));
       } else if (g->meta.kind == static_cast<uint8_t>(FrameKind::kCodec)) {
         start_decode(r, g, g->src);
@@ -272,6 +286,15 @@ ncclResult_t RecvComm::advance(Req* r) {
         g->state = SegState::kDone;
         ++r->done_segs;
       }
+    }
+    if (g->state == SegState::kFlushing) {
+      if (g->op != kNoOp) {
+        bool flushed = false;
+        ZIPCCL_CHECK(dynamic_cast<BufferRegistry*>(conn_.get())->test_flush_pinned(g->op, &flushed));
+        if (!flushed) continue;
+        g->op = kNoOp;
+      }
+      ZIPCCL_CHECK(start_device_segment(r, g, j, g->src));
     }
     if (g->state == SegState::kDecoding) {
       if (!g->job.done.load(std::memory_order_acquire)) continue;
@@ -306,7 +329,8 @@ void RecvComm::start_decode(Req* r, Seg* g, const void* src) {
   worker_pool().submit(&g->job);
 }
 
-// Device receive, segment j's payload in host memory at src: H2D, then decode (codec frames) into
+// Device receive, segment j's payload at src: in pinned host staging (H2D first) or, Req::in_device,
+// flushed in device staging at the segment's offset (read from there). Then decode (codec frames) into
 // NCCL's buffer at the segment's offset or, when landing flag-last, into the landing buffer followed by
 // the line-ordered copy of the segment's range (segments are multiples of 4 KiB, so no 128-byte line
 // is split). One event after the last segment's work completes them all.
@@ -323,12 +347,18 @@ ncclResult_t RecvComm::start_device_segment(Req* r, Seg* g, size_t j, const void
     // may be up to max_encoded_size(posted).
     if (!whole && g->off + wire > r->capacity) return ncclInternalError;  // Assembly checked it: a bug
     char* frame = static_cast<char*>(r->dev_stage) + g->off;
-    ZIPCCL_CHECK(ops->copy(stream, frame, src, wire, gpu::Copy::kHostToDevice));
+    if (!r->in_device) ZIPCCL_CHECK(ops->copy(stream, frame, src, wire, gpu::Copy::kHostToDevice));
     void* out = r->landing ? static_cast<void*>(land) : static_cast<void*>(out_final);
     ZIPCCL_CHECK(gpu_->seg_result(slot, j, &g->result));
     gpu::result_clear(g->result);
     ZIPCCL_CHECK(ops->decode(stream, frame, wire, out, n, settings().gpu_max_sms, g->result));
     if (r->landing) ZIPCCL_CHECK(ops->land_lines(stream, out_final, out, n));
+  } else if (r->in_device) {  // raw, already on the device: one device-to-device copy (line-ordered)
+    if (r->landing) {
+      ZIPCCL_CHECK(ops->land_lines(stream, out_final, src, n));
+    } else {
+      ZIPCCL_CHECK(ops->copy(stream, out_final, src, n, gpu::Copy::kDeviceToDevice));
+    }
   } else if (r->landing) {
     ZIPCCL_CHECK(ops->copy(stream, land, src, n, gpu::Copy::kHostToDevice));
     ZIPCCL_CHECK(ops->land_lines(stream, out_final, land, n));
