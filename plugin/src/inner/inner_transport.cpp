@@ -771,6 +771,8 @@ class InnerTransport final : public Transport {
     }
     info->name = std::string(in_->net->name()) + ":" + p.name;
     info->pci_path = p.pci_path;
+    // 0: the inner could not tell (aws-ofi-nccl on lo or a veth). NCCL would rate the path at 0 GB/s;
+    // like NCCL's socket transport for a speed it cannot read, report 10 Gbit/s.
     info->speed_mbps = p.speed > 0 ? p.speed : 10000;
     info->guid = p.guid;
     info->latency_us = p.latency;
