@@ -18,6 +18,11 @@ uint32_t load_le32(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
 
+// A coded frame's header and block index, from the block count in the header at `p`.
+size_t header_and_index_bytes(const uint8_t* p) {
+  return kHeaderBytes + 4 * size_t{load_le32(p + 16)} + 4;
+}
+
 }  // namespace
 
 const char* const kShrank = "the file shrank while it was read (truncated)";
@@ -45,8 +50,7 @@ bool FrameReader::next(InputBytes* frame, codec::FrameInfo* info, std::string* w
   if (st == codec::Status::kTruncated && frame->size() == kHeaderBytes) {
     // A coded frame: read_frame_info needs the block index too. The frame is at least that long,
     // so reading it never takes bytes of the next frame.
-    const size_t need = kHeaderBytes + 4 * size_t{load_le32(frame->data() + 16)} + 4;
-    if (!in_->extend(need, frame, &io_error)) return fail(io_error, why);
+    if (!in_->extend(header_and_index_bytes(frame->data()), frame, &io_error)) return fail(io_error, why);
     st = codec::read_frame_info(frame->data(), frame->size(), info);
   }
   if (frame->lost()) return fail(kShrank, why);
@@ -61,7 +65,7 @@ bool FrameReader::next(InputBytes* frame, codec::FrameInfo* info, std::string* w
   // count that sizes the index is the one decode() will see.
   if (frame->size() == frame_size) {
     frame->make_private(kHeaderBytes);
-    frame->make_private(kHeaderBytes + 4 * size_t{load_le32(frame->data() + 16)} + 4);
+    frame->make_private(header_and_index_bytes(frame->data()));
   }
   if (frame->lost()) return fail(kShrank, why);
   if (frame->size() < frame_size) return fail("the input ends inside the frame (truncated)", why);

@@ -53,8 +53,8 @@ T* as(void* p, uint32_t magic) {
 }
 
 BufferRegistry* registry_of(void* comm) {
-  if (SendComm* s = as<SendComm>(comm, kSendCommMagic)) return dynamic_cast<BufferRegistry*>(s->conn());
-  if (RecvComm* r = as<RecvComm>(comm, kRecvCommMagic)) return dynamic_cast<BufferRegistry*>(r->conn());
+  if (SendComm* s = as<SendComm>(comm, kSendCommMagic)) return s->registry();
+  if (RecvComm* r = as<RecvComm>(comm, kRecvCommMagic)) return r->registry();
   return nullptr;
 }
 
@@ -162,8 +162,7 @@ ncclResult_t net_finalize_ctx(void* ctx) {
 
 ncclResult_t net_set_net_attr(void* ctx, ncclNetAttr_v12_t* attr) {
   if (!ctx || !attr) return ncclInternalError;
-  bool forwarded = false;
-  return inner_set_net_attr(attr, &forwarded);
+  return inner_set_net_attr(attr);
 }
 
 bool net_make_vdevice_offered() {

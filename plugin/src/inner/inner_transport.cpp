@@ -764,11 +764,7 @@ class InnerTransport final : public Transport {
   }
   ncclResult_t device_info(int dev, DeviceInfo* info) const override {
     InnerProps p;
-    {
-      std::lock_guard<std::mutex> lock(g_mu);
-      if (dev < 0 || dev >= static_cast<int>(in_->props.size())) return ncclInvalidArgument;
-      p = in_->props[dev];
-    }
+    if (!props_of(dev, &p)) return ncclInvalidArgument;
     info->name = std::string(in_->net->name()) + ":" + p.name;
     info->pci_path = p.pci_path;
     // 0: the inner could not tell (aws-ofi-nccl on lo or a veth). NCCL would rate the path at 0 GB/s;
@@ -805,16 +801,24 @@ class InnerTransport final : public Transport {
   }
 
  private:
+  // A copy of the inner's properties of `dev` (the list grows with makeVDevice, under g_mu); false when
+  // there is no such device.
+  bool props_of(int dev, InnerProps* p) const {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (dev < 0 || dev >= static_cast<int>(in_->props.size())) return false;
+    *p = in_->props[dev];
+    return true;
+  }
   // Grouped receives as the inner offers them on `dev`, up to zipccl's own limit.
   static int clamp_recvs(int m) { return m < 1 ? 1 : m > kMaxRecvs ? kMaxRecvs : m; }
   int max_recvs(int dev) const {
-    std::lock_guard<std::mutex> lock(g_mu);
-    return dev < 0 || dev >= static_cast<int>(in_->props.size()) ? 1 : clamp_recvs(in_->props[dev].max_recvs);
+    InnerProps p;
+    return props_of(dev, &p) ? clamp_recvs(p.max_recvs) : 1;
   }
   // Whether the inner's device `dev` takes device buffers (NCCL_PTR_CUDA) for registration.
   bool takes_cuda(int dev) const {
-    std::lock_guard<std::mutex> lock(g_mu);
-    return dev >= 0 && dev < static_cast<int>(in_->props.size()) && (in_->props[dev].ptr_support & NCCL_PTR_CUDA);
+    InnerProps p;
+    return props_of(dev, &p) && (p.ptr_support & NCCL_PTR_CUDA);
   }
   Inner* in_;
 };
@@ -837,11 +841,9 @@ void refuse_device_side(const InnerNet& net, const std::vector<InnerProps>& prop
 
 }  // namespace
 
-ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr, bool* forwarded) {
+ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr) {
   std::lock_guard<std::mutex> lock(g_mu);
-  *forwarded = false;
   if (!g_inner || !g_inner->net->has(InnerEntry::kSetNetAttr)) return ncclSuccess;
-  *forwarded = true;
   INNER_CHECK(g_inner->net->set_net_attr(attr), "setNetAttr");
   return ncclSuccess;
 }

@@ -24,8 +24,8 @@ void finalize_inner_transport();
 
 // NCCL's setNetAttr (v11+) over the inner plugin: forwarded to the inner's one context when an inner
 // plugin is open and its table has setNetAttr (its result returned as it is); otherwise nothing is
-// called and *forwarded is false (the attributes are hints, as NCCL treats a table without the entry).
-ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr, bool* forwarded);
+// called and it succeeds (the attributes are hints, as NCCL treats a table without the entry).
+ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr);
 
 // Whether the open inner plugin's table has makeVDevice.
 bool inner_has_make_vdevice();

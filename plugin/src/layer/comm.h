@@ -144,6 +144,8 @@ class SendComm {
   // allocated, created and loaded now (gpu::Channel::reserve), none of it on the data path.
   ncclResult_t reserve_device(void* data, size_t size);
   SendConn* conn() const { return conn_.get(); }
+  // The connection as a BufferRegistry (regMr, staging pins, flushes); null when it is not one.
+  BufferRegistry* registry() const { return registry_; }
 
   CommHeader header{kSendCommMagic};
 
@@ -202,6 +204,7 @@ class SendComm {
   ncclResult_t progress_device();
 
   std::unique_ptr<SendConn> conn_;
+  BufferRegistry* const registry_;  // conn_ as a BufferRegistry, looked up once
   std::unique_ptr<gpu::Channel> gpu_;  // created at the first device message
   StagingPins staging_pins_;
   uint64_t gpu_messages_ = 0;   // device messages started (the close line; stats_ counts completed ones)
@@ -247,6 +250,8 @@ class RecvComm {
   // regMr of device memory: as SendComm::reserve_device.
   ncclResult_t reserve_device(void* data, size_t size);
   RecvConn* conn() const { return conn_.get(); }
+  // The connection as a BufferRegistry (regMr, staging pins, flushes); null when it is not one.
+  BufferRegistry* registry() const { return registry_; }
 
   CommHeader header{kRecvCommMagic};
 
@@ -312,6 +317,7 @@ class RecvComm {
   ncclResult_t finish_device_landing(Req* r, bool* done);
 
   std::unique_ptr<RecvConn> conn_;
+  BufferRegistry* const registry_;  // conn_ as a BufferRegistry, looked up once
   std::unique_ptr<gpu::Channel> gpu_;
   StagingPins staging_pins_;
   uint64_t gpu_messages_ = 0;  // device receives posted (the close line; stats_ counts completed ones)

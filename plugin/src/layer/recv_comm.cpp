@@ -23,7 +23,8 @@ void DecodeJob::run() {
   ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
 }
 
-RecvComm::RecvComm(RecvConn* conn, const DeviceInfo& dev) : conn_(conn), reqs_(settings().max_requests) {
+RecvComm::RecvComm(RecvConn* conn, const DeviceInfo& dev)
+    : conn_(conn), registry_(dynamic_cast<BufferRegistry*>(conn)), reqs_(settings().max_requests) {
   max_recvs_ = std::max(1, std::min({dev.max_recvs, conn->max_group(), kMaxRecvs}));
   for (int i = static_cast<int>(reqs_.size()) - 1; i >= 0; --i) {
     reqs_[i].h.is_send = false;
@@ -45,7 +46,7 @@ RecvComm::~RecvComm() {
       }
     }
   }
-  const bool staging_free = staging_pins_.close(dynamic_cast<BufferRegistry*>(conn_.get()));
+  const bool staging_free = staging_pins_.close(registry_);
   conn_.reset();  // stops the transport's helper threads before NCCL frees its buffers
   if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still write its staging
   gpu_.reset();   // waits for this comm's stream (copies, decodes into NCCL's buffers)
@@ -148,7 +149,7 @@ ncclResult_t RecvComm::reserve_device(void* data, size_t size) {
   ZIPCCL_CHECK(
       gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size, size / 4096 + 1, false));
   // Device arenas too, when the transport writes device memory: payloads then land there (no H2D).
-  return staging_pins_.pin_new(dynamic_cast<BufferRegistry*>(conn_.get()), *gpu_, true);
+  return staging_pins_.pin_new(registry_, *gpu_, true);
 }
 
 // A device receive's regions: pinned staging for what arrives (a whole codec frame may be up to
@@ -274,9 +275,8 @@ ncclResult_t RecvComm::advance(Req* r) {
         // GPUDirect: the completion does not make the NIC's writes visible to a kernel; the
         // transport's flush of the region does, and only then is the decode (or copy) enqueued.
         ++device_landed_;
-        auto* reg = dynamic_cast<BufferRegistry*>(conn_.get());
         const size_t len = static_cast<size_t>(g->meta.wire_len);
-        ZIPCCL_CHECK(reg->flush_pinned(const_cast<void*>(g->src), len, &g->op));
+        ZIPCCL_CHECK(registry_->flush_pinned(const_cast<void*>(g->src), len, &g->op));
         g->state = SegState::kFlushing;
       } else if (r->device) {
         ZIPCCL_CHECK(start_device_segment(r, g, j, g->src));
@@ -290,7 +290,7 @@ ncclResult_t RecvComm::advance(Req* r) {
     if (g->state == SegState::kFlushing) {
       if (g->op != kNoOp) {
         bool flushed = false;
-        ZIPCCL_CHECK(dynamic_cast<BufferRegistry*>(conn_.get())->test_flush_pinned(g->op, &flushed));
+        ZIPCCL_CHECK(registry_->test_flush_pinned(g->op, &flushed));
         if (!flushed) continue;
         g->op = kNoOp;
       }

@@ -55,6 +55,7 @@ void EncodeJob::run() {
 
 SendComm::SendComm(SendConn* conn, const DeviceInfo& dev)
     : conn_(conn),
+      registry_(dynamic_cast<BufferRegistry*>(conn)),
       reqs_(settings().max_requests),
       policy_(settings().compress, settings().min_bytes,
               (settings().link_gbps > 0 ? settings().link_gbps * 1e3 : dev.speed_mbps) * 1e6 / 8,
@@ -93,7 +94,7 @@ SendComm::~SendComm() {
   if (sample_busy_) {
     while (!sample_job_.done.load(std::memory_order_acquire)) std::this_thread::yield();
   }
-  const bool staging_free = staging_pins_.close(dynamic_cast<BufferRegistry*>(conn_.get()));
+  const bool staging_free = staging_pins_.close(registry_);
   conn_.reset();  // joins the transport's helper threads, which may still read staging buffers
   if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still read its staging
   gpu_.reset();   // waits for this comm's streams, then frees its device and pinned buffers
@@ -270,7 +271,7 @@ void SendComm::finish_sample() {
 ncclResult_t SendComm::reserve_device(void* data, size_t size) {
   ZIPCCL_CHECK(gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size,
                                          static_cast<size_t>(segment_count(size, segment_bytes_)), true));
-  return staging_pins_.pin_new(dynamic_cast<BufferRegistry*>(conn_.get()), *gpu_, true);
+  return staging_pins_.pin_new(registry_, *gpu_, true);
 }
 
 // Device message: every segment's encode is enqueued on the stream now, each into its own region of

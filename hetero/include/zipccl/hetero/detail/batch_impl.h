@@ -43,6 +43,11 @@ inline bool combined_input(const Module& m, const BoundaryBatch& batch) {
   return m.role() == Role::llm && batch.llm_sequence.format != SequenceFormat::image_only;
 }
 
+// a / b rounded up (a >= 0, b >= 1).
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return a / b + (a % b != 0);
+}
+
 // n rounded up to a multiple of k (k >= 1); BatchError when that overflows.
 inline std::int64_t round_up(std::int64_t n, std::int64_t k) {
   const std::int64_t r = n % k;
@@ -71,6 +76,13 @@ inline int cp_chunks(std::int64_t n, int cp, int c, RowRange out[2]) {
   }
   out[1] = RowRange{cut(hi), cut(hi + 1)};
   return 2;
+}
+
+// Rows of a length-n sequence that cp rank c keeps: the sizes of its cp_chunks.
+inline std::int64_t cp_local_rows(std::int64_t n, int cp, int c) {
+  RowRange ch[2];
+  const int k = cp_chunks(n, cp, c, ch);
+  return k == 1 ? ch[0].size() : ch[0].size() + ch[1].size();
 }
 
 // The tp piece [from, to) of a local sequence of `local` rows: all of it without sequence parallelism.
@@ -102,12 +114,11 @@ inline std::int64_t thd_segments(const Module& m, const BoundaryBatch& batch, co
   const LlmSequence& q = batch.llm_sequence;
   const std::int64_t mult = sequence_pad_multiple(m, batch);
   std::int64_t local = 0;
-  RowRange ch[2];
   for (int s : samples) {
-    const int k = cp_chunks(round_up(q.length[s], mult), m.cp(), cp, ch);
-    for (int i = 0; i < k; ++i) local = checked_add(local, ch[i].size(), "a packed local sequence length");
+    local = checked_add(local, cp_local_rows(round_up(q.length[s], mult), m.cp(), cp), "a packed local sequence length");
   }
   const RowRange w = sp_window(m, local, tp);
+  RowRange ch[2];
   std::int64_t base = 0;
   for (int s : samples) {
     if (base >= w.end) break;
@@ -136,9 +147,7 @@ inline std::int64_t bshd_segments(const Module& m, const BoundaryBatch& batch, c
   }
   RowRange ch[2];
   const int k = cp_chunks(padded, m.cp(), cp, ch);
-  std::int64_t local = 0;
-  for (int i = 0; i < k; ++i) local += ch[i].size();
-  const RowRange w = sp_window(m, local, tp);
+  const RowRange w = sp_window(m, cp_local_rows(padded, m.cp(), cp), tp);
   for (std::size_t slot = 0; slot < samples.size(); ++slot) {
     const int s = samples[slot];
     std::int64_t base = 0;

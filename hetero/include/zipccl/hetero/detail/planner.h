@@ -326,7 +326,7 @@ class Planner {
     source_load_.assign(plan_.world_size, 0);
     for (std::size_t q = 0; q < rows.size(); ++q) {
       const std::int64_t k = static_cast<std::int64_t>(ps_.parties[q].ranks.size());
-      for (int r : ps_.parties[q].ranks) source_load_[r] += rows[q] / k + (rows[q] % k != 0);
+      for (int r : ps_.parties[q].ranks) source_load_[r] += ceil_div(rows[q], k);
     }
   }
 

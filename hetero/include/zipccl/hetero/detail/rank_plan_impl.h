@@ -96,12 +96,8 @@ class LazyPlacement {
       if (local_of_ != std::make_pair(d, c)) {  // the tp parties of one (d, c) come in a row
         local_of_ = {d, c};
         locals_.clear();
-        const std::int64_t k = 2 * static_cast<std::int64_t>(m_.cp());
         for (int i = first_[d]; i < first_[d + 1]; ++i) {
-          const std::int64_t n = batch_.tokens[by_replica_[i]];
-          locals_.push_back(m_.cp() == 1 ? n
-                                         : split_point(n, c + 1, k) - split_point(n, c, k) + split_point(n, k - c, k) -
-                                               split_point(n, k - 1 - c, k));
+          locals_.push_back(cp_local_rows(batch_.tokens[by_replica_[i]], m_.cp(), c));
         }
       }
       std::int64_t rows = 0;
@@ -140,7 +136,7 @@ class LazyPlacement {
       for (int d = 0; d < m_.dp(); ++d) {
         std::int64_t load = 0;
         for (int i = first_[d]; i < first_[d + 1]; ++i) load += batch_.tokens[by_replica_[i]];
-        out.lo = std::max(out.lo, load / parties + (load % parties != 0));
+        out.lo = std::max(out.lo, ceil_div(load, parties));
         out.hi = std::max(out.hi, load);
       }
       return out;
@@ -155,11 +151,8 @@ class LazyPlacement {
         if (n != last) {
           last = n;
           for (int c = 0; c < cp; ++c) {
-            RowRange ch[2];
-            const int k = cp_chunks(n, cp, c, ch);
-            std::int64_t local = 0;
-            for (int j = 0; j < k; ++j) local += ch[j].size();
-            rows_of_n_[c] = local / tp + (local % tp != 0);
+            const std::int64_t local = cp_local_rows(n, cp, c);
+            rows_of_n_[c] = ceil_div(local, tp);
           }
         }
         for (int c = 0; c < cp; ++c) sums_[c] += rows_of_n_[c];
@@ -398,7 +391,7 @@ class RankPlanBuilder {
     const int q = ps_.party_of_rank(r);
     if (q < 0) return 0;
     const std::int64_t k = ps_.party_size(), rows = holder_rows(q, false);
-    return rows / k + (rows % k != 0);
+    return ceil_div(rows, k);
   }
 
   std::vector<int> receiving_replicas(int q) const {  // ascending
@@ -675,7 +668,6 @@ class RankPlanBuilder {
     for (const auto& [r, rows] : sent) relay_most = std::max(relay_most, rows);
     return relay_most < direct_most;
   }
-  static std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
 
   LazyPlacement ps_, pd_;
   TransferBudget budget_;

@@ -18,10 +18,6 @@ inline void finish_summary(TrafficSummary& t) {
   }
 }
 
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return a / b + (a % b != 0);
-}
-
 }  // namespace detail
 
 inline TrafficSummary summarize(const BoundaryPlan& plan, const Layout& layout) {
