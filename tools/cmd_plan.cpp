@@ -501,17 +501,20 @@ RankCheck check_rank(const Options& o, const Layout& layout, const BoundaryBatch
   c.transfers = mine.num_transfers();
   c.chosen = mine.strategy;
   const BoundaryPlan world = plan_boundary(layout, e, batch, dir, options);
-  c.matches = mine.strategy == world.strategy && mine.phases.size() == world.phases.size() &&
-              mine.source_bytes == world.source_bytes[o.rank] &&
+  c.matches = mine.strategy == world.strategy && mine.source_bytes == world.source_bytes[o.rank] &&
               mine.destination_bytes == world.destination_bytes[o.rank];
-  for (std::size_t p = 0; c.matches && p < world.phases.size(); ++p) {
+  // A rank plan stops after the last phase the rank takes part in (rank_plan.h): later world
+  // phases must hold nothing of it.
+  for (std::size_t p = 0; c.matches && p < std::max(world.phases.size(), mine.phases.size()); ++p) {
     std::size_t k = 0;
-    for (const Transfer& t : world.phases[p]) {
+    static const std::vector<Transfer> none;
+    const std::vector<Transfer>& have = p < mine.phases.size() ? mine.phases[p] : none;
+    for (const Transfer& t : p < world.phases.size() ? world.phases[p] : none) {
       if (t.src != o.rank && t.dst != o.rank) continue;
-      c.matches = c.matches && k < mine.phases[p].size() && t == mine.phases[p][k];
+      c.matches = c.matches && k < have.size() && t == have[k];
       ++k;
     }
-    c.matches = c.matches && k == mine.phases[p].size();
+    c.matches = c.matches && k == have.size();
   }
   return c;
 }

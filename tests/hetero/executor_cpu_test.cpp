@@ -2,6 +2,8 @@
 // reference, forward and backward, over random layouts and batches.
 #include "zipccl/hetero/executor_cpu.h"
 
+#include <cstdio>
+
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -102,6 +104,7 @@ std::string check_arrived(const Layout& layout, const BoundaryPlan& plan, const 
 TEST(HeteroExecutorCpu, ForwardAndBackwardDeliverTheReference) {
   std::mt19937_64 rng(99);
   int combined[3] = {0, 0, 0};  // image-only, thd, bshd cases
+  int chained = 0;              // plans with parties relaying in chains (more than 2 phases)
   for (int i = 0; i < 600; ++i) {
     Case c = random_case(rng, 40, true);
     Layout layout(c.spec);
@@ -114,10 +117,13 @@ TEST(HeteroExecutorCpu, ForwardAndBackwardDeliverTheReference) {
         execute_cpu(plan, w.buffers, 2);
         ASSERT_EQ(check_arrived(layout, plan, c.batch, w, salt), "")
             << "case " << i << " " << direction_name(dir) << " " << strategy_name(st) << ": " << c.describe();
+        chained += plan.phases.size() > 2;
       }
     }
     ++combined[static_cast<int>(c.batch.llm_sequence.format)];
   }
+  std::printf("%d plans relay in chains\n", chained);
+  EXPECT_GT(chained, 20);
   EXPECT_GT(combined[1], 100);
   EXPECT_GT(combined[2], 100);
 }

@@ -14,7 +14,7 @@
 // Contract of a plan (checked by tests/hetero over thousands of random layouts and batches):
 //  - Exactly once: every row a rank must keep in its destination buffer is written by exactly one
 //    transfer, and that transfer reads it from a rank that holds it at that moment (in its source
-//    buffer, or - in the second phase of scatter_allgather - in a destination buffer filled by an
+//    buffer, or - in a later phase of scatter_allgather - in a destination buffer filled by an
 //    earlier phase). A row a rank already holds in its source buffer is copied locally (src == dst).
 //  - Nothing extra: no transfer carries a row its receiver does not keep.
 //  - Balance (direct): every row needed elsewhere is sent by one of the ranks that hold it, and the
@@ -35,7 +35,9 @@
 //    inside the party sends its rows once, not once per member. Piece sizes level each member's
 //    sends, counting what it sends as a holder. Same bytes received per rank; less sent per holder
 //    and across the boundary when receivers outnumber holders, at the price of a second phase. No
-//    leader, no broadcast. When holders outnumber receivers (e.g. a colocated tp-1 encoder feeding a
+//    leader, no broadcast. A party relaying fewer rows than m (m - 1) for m members may pass them
+//    on in chains instead (one hop per phase, up to m - 1 relay phases), where passing whole rows
+//    to all m - 1 at once would make a member send more than a ring broadcast (planner.h). When holders outnumber receivers (e.g. a colocated tp-1 encoder feeding a
 //    tp-8 LLM) it can send more than direct: each member relays about (m-1)/m of its party's rows.
 //  - automatic: plans both and keeps the one whose busiest rank sends less (ties: direct). The
 //    returned plan's strategy says which. Where the receiving parties are single ranks (sequence
@@ -106,7 +108,7 @@ struct BoundaryPlan {
   int source_module = 0;       // index into Layout::modules() of the module that holds the tensor
   int destination_module = 0;  // ... and of the one that receives it
   std::int64_t row_bytes = 0;
-  std::vector<std::vector<Transfer>> phases;    // direct: 1 phase; scatter_allgather: 2
+  std::vector<std::vector<Transfer>> phases;    // direct: 1 phase; scatter_allgather: 2 (more with chains)
   std::vector<std::int64_t> source_bytes;       // per world rank; 0 for ranks without a source buffer
   std::vector<std::int64_t> destination_bytes;  // per world rank
 

@@ -11,7 +11,7 @@
 //    rows, so the work is proportional to the transfers of the parties the rank deals with, plus
 //    O(samples) for the sample->replica maps (cached by RankPlanner).
 // scatter_allgather adds, for the rank's own receiving party, that party's whole plan (its relay
-// pieces and phase 2), and for each source party whose stream it takes part in, the plans of the
+// pieces and relays), and for each source party whose stream it takes part in, the plans of the
 // receiving parties that demand from it; a relayed party's pieces level its members' loads as
 // holders, so the phase-0 totals of those members' source parties are computed too (each once).
 // automatic needs to know which strategy's busiest sender (over the world) sends less. It decides
@@ -48,7 +48,10 @@ struct RankPlan {
   std::int64_t row_bytes = 0;
   std::int64_t source_bytes = 0;       // this rank's buffers, as BoundaryPlan::source_bytes[rank]
   std::int64_t destination_bytes = 0;
-  std::vector<std::vector<Transfer>> phases;  // as the world plan's phases; transfers with src or dst == rank
+  // The world plan's phases, transfers with src or dst == rank, up to the last phase the rank takes
+  // part in (at least 1 for direct, 2 for scatter_allgather): a party relaying in chains
+  // (plan.h) adds phases that other parties' ranks have no part in.
+  std::vector<std::vector<Transfer>> phases;
 
   std::size_t num_transfers() const {
     std::size_t n = 0;

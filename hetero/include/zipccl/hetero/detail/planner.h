@@ -15,6 +15,15 @@
 // sent by the holding party like any demand (so a holder inside P scatters, it does not send the
 // rows m-u times) and relayed to the other m-u-1 lacking members. The busiest member then sends
 // about what its party must let out, the relay-aware lower bound, instead of (m-u)/u times it.
+//
+// Chains, for small batches: passing a piece on whole to the u-1 others costs its member u-1 sends
+// per row, and pieces are whole rows, so a party relaying few rows can make a member send more than
+// a ring broadcast would (one row into a party of 4: 3 sends by the member it enters, where a ring
+// sends 1 per member). There the party relays in chains instead: a piece entered at member a goes
+// to the next member lacking it (in party order, round the party), which passes it to the next,
+// one hop per phase, so each member sends each row at most once. chain_wins decides per party,
+// from its own pieces, so both planners agree; a party relaying at least m (m - 1) rows never
+// chains, and phases past the second carry only chain hops.
 #pragma once
 
 #include <algorithm>
@@ -100,22 +109,88 @@ inline std::int64_t max_sent(const BoundaryPlan& plan) {
   return most;
 }
 
-// Rows a member of a relayed party passes on in phase 2, received from source party holder_party.
+// Rows a member of a relayed party passes on after phase 0, received from source party holder_party.
 struct Share {
   int holder_party;
   int sample;
   RowRange rows;
 };
 
+// The member that passes share `sh`, entered at member a, on last in a chain: the last member
+// lacking it in party order from a + 1 round to a - 1 (a itself lacks it, so the walk stops).
+inline int chain_end(const std::vector<int>& member_party, int a, const Share& sh) {
+  const int m = static_cast<int>(member_party.size());
+  int b = a == 0 ? m - 1 : a - 1;
+  while (member_party[b] == sh.holder_party) b = b == 0 ? m - 1 : b - 1;
+  return b;
+}
+
+// Whether party P relays in chains, and then its members' relay rows in `sends` (see the top). A
+// member lacking a share sends it on in a chain unless it is the share's chain_end, so member j
+// sends every share's rows less those whose holders include it and those ending at it. A chain
+// is taken only where some member's star relay exceeds all the rows P relays - the most a ring
+// member sends - and it lowers the party's busiest sender: it costs m - 2 more phases.
+inline bool chain_wins(const std::vector<int>& member_party, const std::vector<std::int64_t>& load,
+                       const std::vector<std::vector<Share>>& shares, std::vector<std::int64_t>& sends) {
+  const int m = static_cast<int>(member_party.size());
+  std::int64_t total = 0;
+  std::vector<std::pair<int, std::int64_t>> held;  // (holder party, rows), one entry per share
+  std::vector<std::int64_t> chain(m, 0);
+  for (int a = 0; a < m; ++a) {
+    for (const Share& sh : shares[a]) {
+      total += sh.rows.size();
+      held.emplace_back(sh.holder_party, sh.rows.size());
+      chain[chain_end(member_party, a, sh)] -= sh.rows.size();
+    }
+  }
+  if (*std::max_element(sends.begin(), sends.end()) <= total) return false;
+  std::sort(held.begin(), held.end());
+  std::int64_t star_most = 0, chain_most = 0;
+  for (int j = 0; j < m; ++j) {
+    auto it = std::lower_bound(held.begin(), held.end(), std::make_pair(member_party[j], std::int64_t{0}));
+    std::int64_t mine = 0;  // rows of shares member j's own source party holds: it never sends those
+    for (; it != held.end() && it->first == member_party[j]; ++it) mine += it->second;
+    chain[j] += total - mine;
+    star_most = std::max(star_most, load[j] + sends[j]);
+    chain_most = std::max(chain_most, load[j] + chain[j]);
+  }
+  if (chain_most >= star_most) return false;
+  sends = std::move(chain);
+  return true;
+}
+
+// Calls f(from, to, hop) for each hop of share sh's chain from member a, hops numbered from 1.
+template <class F>
+void for_each_hop(const std::vector<int>& member_party, int a, const Share& sh, F&& f) {
+  const int m = static_cast<int>(member_party.size());
+  std::size_t hop = 0;
+  for (int step = 1, from = a; step < m; ++step) {
+    const int to = a + step < m ? a + step : a + step - m;
+    if (member_party[to] == sh.holder_party) continue;  // copied these itself
+    f(from, to, ++hop);
+    from = to;
+  }
+}
+
+// The relay rows of the busiest member of a party of m members that pools all its `rows` (no member
+// holds any, none sends as a holder): what relay_pieces and chain_wins give there, in closed form.
+// The pool's water-fill deals floor or ceil(rows / m) to each member; the star costs ceil(rows / m)
+// (m - 1), the chain rows - floor(rows / m) (each member passes on all but its successor's share).
+// Non-decreasing in rows, so it bounds a range of party sizes by its ends.
+inline std::int64_t pooled_relay_rows(std::int64_t rows, std::int64_t m) {
+  const std::int64_t star = ceil_div(rows, m) * (m - 1);
+  return star <= rows ? star : rows - rows / m;
+}
+
 // scatter_allgather's phase-0 pieces for one relayed party P of m members (see the top): calls
 // holders(s, range, f) to enumerate f(source party, overlap) for each range P keeps, local(j, q, s,
 // rows) for rows member j copies from its own source party q, demand(j, q, s, rows) for rows member j
 // receives from q. member_party[j] is member j's source party (-1: none), load[j] the rows it sends
 // as a holder. Fills shares (per member, what it relays, ordered by sample and row) and sends (rows
-// each member relays in phase 2). Shared by the world planner and the per-rank planner, which must
-// produce identical pieces.
+// each member relays after phase 0); returns whether the party relays in chains (chain_wins).
+// Shared by the world planner and the per-rank planner, which must produce identical pieces.
 template <class Holders, class Local, class DemandOn>
-void relay_pieces(const Party& P, const std::vector<int>& slots, const std::vector<int>& member_party,
+bool relay_pieces(const Party& P, const std::vector<int>& slots, const std::vector<int>& member_party,
                   const std::vector<std::int64_t>& load, Holders&& holders, Local&& local, DemandOn&& demand,
                   std::vector<std::vector<Share>>& shares, std::vector<std::int64_t>& sends) {
   const int m = static_cast<int>(P.ranks.size());
@@ -184,6 +259,7 @@ void relay_pieces(const Party& P, const std::vector<int>& slots, const std::vect
       return x.sample != y.sample ? x.sample < y.sample : x.rows.begin < y.rows.begin;
     });
   }
+  return chain_wins(member_party, load, shares, sends);
 }
 
 // Counts what a plan holds as it grows, so an oversized request stops early with a message instead
@@ -253,7 +329,10 @@ class Planner {
     }
     cut_demands();
     plan_.phases.push_back(std::move(phase0_));
-    if (strategy_ == Strategy::scatter_allgather) plan_.phases.push_back(std::move(phase1_));
+    if (strategy_ == Strategy::scatter_allgather) {
+      relays_.resize(std::max<std::size_t>(relays_.size(), 1));
+      for (auto& phase : relays_) plan_.phases.push_back(std::move(phase));
+    }
     return std::move(plan_);
   }
 
@@ -341,15 +420,26 @@ class Planner {
       load[j] = source_load_[P.ranks[j]];
     }
     std::vector<std::vector<Share>> shares;
-    relay_pieces(
+    const bool chained = relay_pieces(
         P, slots, member_party, load,
         [&](int s, RowRange want, auto&& f) { for_each_holder(s, want, f); },
         [&](int j, int q, int s, RowRange o) { local_copy(P.ranks[j], q, s, o); },
         [&](int j, int q, int s, RowRange o) { demand(q, P.ranks[j], s, o); }, shares, sends);
-    relay(pi, shares);
+    if (chained) {
+      chain(pi, member_party, shares);
+    } else {
+      relay(pi, shares);
+    }
+  }
+  void relay_transfer(int pi, int a, int b, const Share& sh, std::size_t phase) {
+    budget_.take(1);
+    if (relays_.size() < phase) relays_.resize(phase);
+    const Party& P = pd_.parties[pi];
+    relays_[phase - 1].push_back(make_transfer(P.ranks[a], P.ranks[b], sh.sample, sh.rows, BufferKind::destination,
+                                               pd_.offset(pi, sh.sample, sh.rows.begin)));
   }
 
-  // Phase 2: each member passes its shares on to every other member that lacks them.
+  // Phase 1: each member passes its shares on to every other member that lacks them.
   void relay(int pi, const std::vector<std::vector<Share>>& shares) {
     const Party& P = pd_.parties[pi];
     const int m = static_cast<int>(P.ranks.size());
@@ -359,10 +449,18 @@ class Planner {
         if (b == a) continue;
         for (const Share& sh : shares[a]) {
           if (ps_.party_of_rank[P.ranks[b]] == sh.holder_party) continue;  // b copied these itself
-          budget_.take(1);
-          phase1_.push_back(make_transfer(P.ranks[a], P.ranks[b], sh.sample, sh.rows, BufferKind::destination,
-                                          pd_.offset(pi, sh.sample, sh.rows.begin)));
+          relay_transfer(pi, a, b, sh, 1);
         }
+      }
+    }
+  }
+
+  // Phases 1, 2, ...: each share hops from the member it entered at to the next member lacking it.
+  void chain(int pi, const std::vector<int>& member_party, const std::vector<std::vector<Share>>& shares) {
+    const int m = static_cast<int>(member_party.size());
+    for (int a = 0; a < m; ++a) {
+      for (const Share& sh : shares[a]) {
+        for_each_hop(member_party, a, sh, [&](int from, int to, std::size_t hop) { relay_transfer(pi, from, to, sh, hop); });
       }
     }
   }
@@ -393,7 +491,8 @@ class Planner {
   BoundaryPlan plan_;
   std::vector<std::vector<Demand>> demands_;  // per source party
   std::vector<std::int64_t> source_load_;      // per world rank (scatter_allgather)
-  std::vector<Transfer> phase0_, phase1_;
+  std::vector<Transfer> phase0_;
+  std::vector<std::vector<Transfer>> relays_;  // phases 1, 2, ...
 };
 
 inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryBatch& batch,

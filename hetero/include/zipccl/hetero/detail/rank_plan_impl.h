@@ -357,8 +357,10 @@ class RankPlanBuilder {
   struct PartyPlan {                              // one receiving party's part of the world plan
     std::vector<Local> locals;                    // phase-0 local copies, in the world's order
     std::vector<std::pair<int, Demand>> demands;  // (source party, demand), in the world's order
-    std::vector<std::int64_t> relay_rows;         // rows each member sends in phase 2
+    std::vector<std::int64_t> relay_rows;         // rows each member relays after phase 0
     std::vector<std::vector<Share>> shares;       // per member (relayed parties)
+    std::vector<int> member_party;                // each member's source party (-1: none)
+    bool chained = false;                         // relays in chains (planner.h's chain_wins)
   };
 
   // Rows source party q lets out in phase 0 (Planner::estimate_source_load's per-party figure), or
@@ -440,12 +442,13 @@ class RankPlanBuilder {
     std::vector<std::int64_t> load(m);
     for (std::size_t k = 0; k < P.samples.size(); ++k) slots[k] = pd_.slot(P.samples[k]);
     for (int j = 0; j < m; ++j) load[j] = source_load(P.ranks[j]);
-    relay_pieces(
+    out.chained = relay_pieces(
         P, slots, member_party, load,
         [&](int s, RowRange want, auto&& f) { for_each_holder(s, want, f); },
         [&](int j, int q, int s, RowRange o) { out.locals.push_back(Local{P.ranks[j], q, s, o}); },
         [&](int j, int q, int s, RowRange o) { out.demands.emplace_back(q, Demand{P.ranks[j], s, o}); }, out.shares,
         out.relay_rows);
+    out.member_party = std::move(member_party);
     return out;
   }
 
@@ -488,26 +491,40 @@ class RankPlanBuilder {
     return std::move(out_);
   }
 
-  // Phase 2 of this rank's party (Planner::relay): the relays it sends or receives.
+  // The relays of this rank's party it sends or receives (Planner::relay and Planner::chain).
   void relays(int pi, const PartyPlan& plan) {
     const Party& P = pd_.party(pi);
     const int m = static_cast<int>(P.ranks.size());
+    auto add = [&](int a, int b, const Share& sh, std::size_t phase) {
+      budget_.take(1);
+      Transfer t;
+      t.src = P.ranks[a];
+      t.dst = P.ranks[b];
+      t.sample = sh.sample;
+      t.rows = sh.rows;
+      t.src_buffer = BufferKind::destination;
+      t.src_offset = row_offset(P, pd_.slot(sh.sample), sh.rows.begin, row_bytes_);
+      t.dst_offset = t.src_offset;
+      t.bytes = sh.rows.size() * row_bytes_;
+      if (out_.phases.size() <= phase) out_.phases.resize(phase + 1);
+      out_.phases[phase].push_back(t);
+    };
+    if (plan.chained) {
+      for (int a = 0; a < m; ++a) {
+        for (const Share& sh : plan.shares[a]) {
+          for_each_hop(plan.member_party, a, sh, [&](int from, int to, std::size_t hop) {
+            if (P.ranks[from] == rank_ || P.ranks[to] == rank_) add(from, to, sh, hop);
+          });
+        }
+      }
+      return;
+    }
     for (int a = 0; a < m; ++a) {
       for (int b = 0; b < m; ++b) {
         if (b == a || (P.ranks[a] != rank_ && P.ranks[b] != rank_)) continue;
         for (const Share& sh : plan.shares[a]) {
-          if (ps_.party_of_rank(P.ranks[b]) == sh.holder_party) continue;
-          budget_.take(1);
-          Transfer t;
-          t.src = P.ranks[a];
-          t.dst = P.ranks[b];
-          t.sample = sh.sample;
-          t.rows = sh.rows;
-          t.src_buffer = BufferKind::destination;
-          t.src_offset = row_offset(P, pd_.slot(sh.sample), sh.rows.begin, row_bytes_);
-          t.dst_offset = t.src_offset;
-          t.bytes = sh.rows.size() * row_bytes_;
-          out_.phases[1].push_back(t);
+          if (plan.member_party[b] == sh.holder_party) continue;
+          add(a, b, sh, 1);
         }
       }
     }
@@ -521,14 +538,14 @@ class RankPlanBuilder {
   //    to direct.
   //  - Modules on disjoint ranks: with A the most rows a source party keeps and B the most a
   //    receiving party keeps (parties of k and m members), direct's busiest sender sends
-  //    ceil(A m / k) rows and scatter_allgather's max(ceil(A / k), ceil(B / m) (m - 1)) (see
-  //    exact_relay_sends_less). Given A in [lo, hi]: relay wins for every A >= lo once lo (m - 1) >= k
+  //    ceil(A m / k) rows and scatter_allgather's max(ceil(A / k), pooled_relay_rows(B, m)) (see
+  //    exact_relay_sends_less; non-decreasing in B). Given A in [lo, hi]: relay wins for every A >= lo once lo (m - 1) >= k
   //    (then ceil(A / k) < ceil(A m / k)) and the relay term is below ceil(lo m / k); direct wins
   //    when the relay term is at least ceil(hi m / k).
   //  - Shared ranks: direct sends at most ceil(A m / k) anyway. A receiving party whose members
-  //    hold at most H of the R rows it keeps must relay each other row to its m - 1 other members,
-  //    so its busiest member relays at least ceil((R - H) (m - 1) / m) rows; one such party at or
-  //    above direct's figure settles direct.
+  //    hold at most H of the R rows it keeps must relay each other row to its m - 1 other members
+  //    (star or chain alike), so its busiest member relays at least ceil((R - H) (m - 1) / m) rows;
+  //    one such party at or above direct's figure settles direct.
   //  - Shared ranks, relay's side (image-only): direct's source party with A rows has at most
   //    min(k, m) members in any receiving party, so it sends at least ceil(A (m - min(k, m)) / k).
   //    Under scatter_allgather a member j of party P ends with s_j relayed rows on top of its load
@@ -539,7 +556,8 @@ class RankPlanBuilder {
   //    s + l before it and W = sum of l + s at the end <= m ceil(A / k) + B (m - 1). With N steps
   //    (at most 2 ranges of P times 2 p + 2 overlaps per sample, p source parties per replica, plus
   //    the pool), every rank sends at most max(ceil(A / k), ceil(W / u') + 2m - 3) + N (m - 2) rows;
-  //    below direct's figure, that settles scatter_allgather.
+  //    below direct's figure, that settles scatter_allgather. A party chains only where that lowers
+  //    its busiest member, so the star's bound holds for it too.
   bool world_relay_sends_less() {
     if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
     const std::int64_t m = pd_.party_size(), k = ps_.party_size();
@@ -549,7 +567,7 @@ class RankPlanBuilder {
     const Module &src = ps_.module(), &dst = pd_.module();
     if (src.end_rank() <= dst.first_rank() || dst.end_rank() <= src.first_rank()) {
       const LazyPlacement::KeptRows b = pd_.max_kept_rows();
-      const std::int64_t relay_lo = ceil_div(b.lo, m) * (m - 1), relay_hi = ceil_div(b.hi, m) * (m - 1);
+      const std::int64_t relay_lo = pooled_relay_rows(b.lo, m), relay_hi = pooled_relay_rows(b.hi, m);
       if (a.lo == a.hi && b.lo == b.hi) return std::max(ceil_div(a.hi, k), relay_hi) < direct_hi;
       if (a.lo * (m - 1) >= k && relay_hi < ceil_div(a.lo * m, k)) return true;
       if (relay_lo >= direct_hi) return false;
@@ -626,8 +644,7 @@ class RankPlanBuilder {
   //  - source party Q: direct sends its rows once per receiving-party member, scatter_allgather
   //    once per receiving party - rows(Q) * |P| and rows(Q) - cut equally among Q's members;
   //  - relayed receiving party P: every row it needs is pooled (no member holds any) and its
-  //    members carry no holder load, so the water-fill gives member j caps[j] of rows(P), relayed
-  //    to the m-1 others.
+  //    members carry no holder load: pooled_relay_rows(rows(P), m).
   // Parties with colocated members are counted exactly as the planner plans them (holder_rows,
   // party_plan), which costs their demands; the others cost their kept rows.
   bool exact_relay_sends_less() {
@@ -653,17 +670,27 @@ class RankPlanBuilder {
         ++h;
       });
     }
+    // Colocated parties cost their demands, so they go last and heaviest first: where direct wins,
+    // the party that shows it usually comes early.
+    std::vector<std::pair<std::int64_t, int>> colocated_parties;  // (-kept rows, party)
     for (int pi = 0; pi < receivers && dst_size > 1; ++pi) {
       bool colocated = false;
       pd_.for_each_member(pi, [&](int r) { colocated = colocated || ps_.party_of_rank(r) >= 0; });
-      if (!colocated) {
-        const std::vector<std::int64_t> caps = water_fill(std::vector<std::int64_t>(dst_size, 0), pd_.kept_rows(pi));
-        relay_most = std::max(relay_most, *std::max_element(caps.begin(), caps.end()) * (dst_size - 1));
+      if (colocated) {
+        colocated_parties.emplace_back(-pd_.kept_rows(pi), pi);
         continue;
       }
+      relay_most = std::max(relay_most, pooled_relay_rows(pd_.kept_rows(pi), dst_size));
+      if (relay_most >= direct_most) return false;
+    }
+    std::sort(colocated_parties.begin(), colocated_parties.end());
+    for (const auto& [minus_rows, pi] : colocated_parties) {
       const Party& P = pd_.party(pi);
       const PartyPlan& plan = party_plan(pi);
-      for (std::size_t j = 0; j < P.ranks.size(); ++j) sent[P.ranks[j]] += plan.relay_rows[j];
+      for (std::size_t j = 0; j < P.ranks.size(); ++j) {
+        // A member's holder sends were all counted above, so it can only grow: settled at once.
+        if ((sent[P.ranks[j]] += plan.relay_rows[j]) >= direct_most) return false;
+      }
     }
     for (const auto& [r, rows] : sent) relay_most = std::max(relay_most, rows);
     return relay_most < direct_most;
