@@ -212,6 +212,25 @@ TEST(HeteroExecutorCpu, SchedulesAgreeRankByRank) {
   }
 }
 
+// Issue 22's 64-GPU example, where the holder inside the receiving party also relays in phase 1
+// (a helper, from the rows it copied in phase 0): the bytes that arrive are the reference, and the
+// holder does send in phase 1.
+TEST(HeteroExecutorCpu, HelpersDeliverTheReference) {
+  LayoutSpec spec;
+  spec.world_size = 64;
+  spec.llm.tp = 8;
+  spec.encoders.push_back(ModuleSpec{"enc0", 1, 1, 2, 0, false, 0, -1, parse_rank_order("pp-dp-tp-cp")});
+  const Layout layout(spec);
+  const BoundaryBatch batch{{576, 576, 576, 576}, 16, 2};
+  const BoundaryPlan plan = plan_forward(layout, 0, batch, PlanOptions{Strategy::scatter_allgather});
+  std::int64_t helper_sent = 0;  // rank 1 holds sample 0 and is a member of the party receiving it
+  for (const Transfer& t : plan.phases[1]) helper_sent += t.src == 1 ? t.rows.size() : 0;
+  EXPECT_EQ(helper_sent, 144);  // 720 - 576: BENCHMARKS.md section 3
+  World w = make_world(layout, plan, batch, 7);
+  execute_cpu(plan, w.buffers, 2);
+  EXPECT_EQ(check_arrived(layout, plan, batch, w, 7), "");
+}
+
 TEST(HeteroExecutorCpu, MessagesMergeAcrossSamples) {
   // 1:1 replicas, encoder tp1 -> llm tp1: each receiver gets its replica's 4 samples in one message.
   LayoutSpec s;

@@ -32,8 +32,9 @@
 //    once, to one member that lacks it, and in phase 2 that member passes it on to the other members
 //    that lack it (an all-gather written as sends and receives). Rows some members already hold
 //    (colocated layouts) are copied by those and scattered to the others in pieces, so a holder
-//    inside the party sends its rows once, not once per member. Piece sizes level each member's
-//    sends, counting what it sends as a holder. Same bytes received per rank; less sent per holder
+//    inside the party sends its rows once, not once per member; members holding rows may also pass
+//    them on in the second phase. Piece sizes level each member's sends, counting what it sends as
+//    a holder. Same bytes received per rank; less sent per holder
 //    and across the boundary when receivers outnumber holders, at the price of a second phase. No
 //    leader, no broadcast. A party relaying fewer rows than m (m - 1) for m members may pass them
 //    on in chains instead (one hop per phase, up to m - 1 relay phases), where passing whole rows

@@ -15,6 +15,10 @@
 // sent by the holding party like any demand (so a holder inside P scatters, it does not send the
 // rows m-u times) and relayed to the other m-u-1 lacking members. The busiest member then sends
 // about what its party must let out, the relay-aware lower bound, instead of (m-u)/u times it.
+// The members holding such rows copied them in phase 0, so they can relay them too (helpers):
+// where that levels the members' sends better, some targets of a piece are served by a helper
+// instead of the member the piece entered at (issue 22's 64-GPU example: 744 -> 720 rows, the
+// floor for relays inside the party).
 //
 // Chains, for small batches: passing a piece on whole to the u-1 others costs its member u-1 sends
 // per row, and pieces are whole rows, so a party relaying few rows can make a member send more than
@@ -41,11 +45,11 @@ struct Demand {
   RowRange rows;
 };
 
-// Caps c_j >= 0 with sum c_j == total that minimise max(load_j + c_j).
-inline std::vector<std::int64_t> water_fill(const std::vector<std::int64_t>& load, std::int64_t total) {
+// Caps c_j >= 0 with sum c_j == total that minimise max(load_j + c_j), into caps.
+inline void water_fill(const std::vector<std::int64_t>& load, std::int64_t total, std::vector<std::int64_t>& caps) {
   const std::size_t m = load.size();
-  std::vector<std::int64_t> caps(m, 0);
-  if (total <= 0) return caps;
+  caps.assign(m, 0);
+  if (total <= 0) return;
   auto fill = [&](std::int64_t level) {
     std::int64_t sum = 0;
     for (std::int64_t l : load) sum += std::max<std::int64_t>(0, level - l);
@@ -70,6 +74,10 @@ inline std::vector<std::int64_t> water_fill(const std::vector<std::int64_t>& loa
       ++given;
     }
   }
+}
+inline std::vector<std::int64_t> water_fill(const std::vector<std::int64_t>& load, std::int64_t total) {
+  std::vector<std::int64_t> caps;
+  water_fill(load, total, caps);
   return caps;
 }
 
@@ -114,6 +122,8 @@ struct Share {
   int holder_party;
   int sample;
   RowRange rows;
+  int helper = -1;       // a member holding these rows that serves some of the star's targets
+  int helper_from = -1;  // ... those from this member on (star_sender)
 };
 
 // The member that passes share `sh`, entered at member a, on last in a chain: the last member
@@ -134,16 +144,18 @@ inline bool chain_wins(const std::vector<int>& member_party, const std::vector<s
                        const std::vector<std::vector<Share>>& shares, std::vector<std::int64_t>& sends) {
   const int m = static_cast<int>(member_party.size());
   std::int64_t total = 0;
+  for (const auto& mine : shares) {
+    for (const Share& sh : mine) total += sh.rows.size();
+  }
+  if (*std::max_element(sends.begin(), sends.end()) <= total) return false;
   std::vector<std::pair<int, std::int64_t>> held;  // (holder party, rows), one entry per share
   std::vector<std::int64_t> chain(m, 0);
   for (int a = 0; a < m; ++a) {
     for (const Share& sh : shares[a]) {
-      total += sh.rows.size();
       held.emplace_back(sh.holder_party, sh.rows.size());
       chain[chain_end(member_party, a, sh)] -= sh.rows.size();
     }
   }
-  if (*std::max_element(sends.begin(), sends.end()) <= total) return false;
   std::sort(held.begin(), held.end());
   std::int64_t star_most = 0, chain_most = 0;
   for (int j = 0; j < m; ++j) {
@@ -182,31 +194,176 @@ inline std::int64_t pooled_relay_rows(std::int64_t rows, std::int64_t m) {
   return star <= rows ? star : rows - rows / m;
 }
 
+// Which member sends share sh (entered at member a) on to member b in the star: the helper for
+// the targets from sh.helper_from (in party order round the party, up to a), a for the others.
+inline int star_sender(int m, int a, int b, const Share& sh) {
+  if (sh.helper < 0) return a;
+  const int from = sh.helper_from;
+  return (b - from + m) % m < (a - from + m) % m ? sh.helper : a;
+}
+
+// Calls f(from, to, share) for each phase-1 send of a star relay: first each member's own sends,
+// member by member and target by target (consecutive shares to one target merge into a message),
+// then the helpers'. holds(b, share) says whether member b copied the share's rows itself.
+template <class Holds, class F>
+void for_each_star_relay(int m, const std::vector<std::vector<Share>>& shares, Holds&& holds, F&& f) {
+  bool helped = false;
+  for (int a = 0; a < m; ++a) {
+    if (shares[a].empty()) continue;  // keeps this loop O(transfers), not O(m^2)
+    for (int b = 0; b < m; ++b) {
+      if (b == a) continue;
+      for (const Share& sh : shares[a]) {
+        if (holds(b, sh)) continue;
+        if (star_sender(m, a, b, sh) == a) {
+          f(a, b, sh);
+        } else {
+          helped = true;
+        }
+      }
+    }
+  }
+  if (!helped) return;
+  for (int a = 0; a < m; ++a) {
+    for (const Share& sh : shares[a]) {
+      if (sh.helper < 0) continue;
+      for (int b = 0; b < m; ++b) {
+        if (b != a && !holds(b, sh) && star_sender(m, a, b, sh) == sh.helper) f(sh.helper, b, sh);
+      }
+    }
+  }
+}
+
+// One overlap's phase-0 entries and phase-1 sends under one way of cutting it (relay_pieces
+// weighs two), before they are applied to the party.
+struct RelayStep {
+  struct Entry {
+    int member;
+    Share share;
+    std::int64_t served;  // targets the member serves itself (u - 1 unless a helper serves the rest)
+  };
+  std::vector<Entry> entries;
+  std::vector<std::int64_t> level, caps, room;  // scratch
+  std::int64_t most = 0;                        // the busiest involved member's sends + load after it
+};
+
+// The plain cut of overlap o (rows of sample s that source party q holds) among the u lacking
+// members: pieces sized so their sends (relays so far plus their own phase-0 sends as holders)
+// level out, each piece costing its member u - 1 relays.
+inline void plain_pieces(int q, int s, RowRange o, const std::vector<int>& lacking, const std::vector<int>& holding,
+                         const std::vector<std::int64_t>& load, const std::vector<std::int64_t>& sends, RelayStep& st) {
+  const std::int64_t u = static_cast<std::int64_t>(lacking.size());
+  st.entries.clear();
+  st.level.clear();
+  for (int j : lacking) st.level.push_back(u > 1 ? (sends[j] + load[j]) / (u - 1) : 0);
+  water_fill(st.level, o.size(), st.caps);
+  st.most = 0;
+  for (int h : holding) st.most = std::max(st.most, sends[h] + load[h]);
+  std::int64_t begin = o.begin;
+  for (std::int64_t x = 0; x < u; ++x) {
+    const int j = lacking[x];
+    st.most = std::max(st.most, sends[j] + load[j] + st.caps[x] * (u - 1));
+    if (st.caps[x] == 0) continue;
+    st.entries.push_back(RelayStep::Entry{j, Share{q, s, RowRange{begin, begin + st.caps[x]}}, u - 1});
+    begin += st.caps[x];
+  }
+}
+
+// The cut of the same overlap with helpers: the holding members copied o in phase 0 and can pass
+// it on in phase 1 like a relay, so the u - 1 relays of each row are water-filled over lacking and
+// holding members together (one send each). A lacking member whose share is f (u - 1) + r relays f
+// whole rows it entered and r targets of one more row, whose other targets a helper serves; the
+// rows left enter at lacking[0] and are served by helpers alone.
+inline void helped_pieces(int q, int s, RowRange o, const std::vector<int>& lacking, const std::vector<int>& holding,
+                          const std::vector<int>& member_party, const std::vector<std::int64_t>& load,
+                          const std::vector<std::int64_t>& sends, RelayStep& st) {
+  const int m = static_cast<int>(member_party.size());
+  const std::int64_t u = static_cast<std::int64_t>(lacking.size());
+  st.entries.clear();
+  st.level.clear();
+  for (int j : lacking) st.level.push_back(sends[j] + load[j]);
+  for (int h : holding) st.level.push_back(sends[h] + load[h]);
+  water_fill(st.level, o.size() * (u - 1), st.caps);
+  st.room.assign(st.caps.begin() + u, st.caps.end());  // helpers' units left
+  std::vector<std::int64_t>& after = st.level;           // each involved member's sends + load
+  auto busiest_room = [&] { return static_cast<int>(std::max_element(st.room.begin(), st.room.end()) - st.room.begin()); };
+  auto enter = [&](std::int64_t x, RowRange rows, std::int64_t served, int helper) {
+    Share sh{q, s, rows};
+    if (served < u - 1) {
+      sh.helper = holding[helper];
+      int b = lacking[x], left = static_cast<int>(served);
+      do {  // the first target lacking[x] does not serve
+        b = b + 1 == m ? 0 : b + 1;
+      } while (member_party[b] == q || left-- > 0);
+      sh.helper_from = b;
+      const std::int64_t units = rows.size() * (u - 1 - served);
+      after[u + helper] += units;
+      st.room[helper] -= units;
+    }
+    after[x] += rows.size() * served;
+    st.entries.push_back(RelayStep::Entry{lacking[x], sh, served});
+  };
+  std::int64_t begin = o.begin;
+  for (std::int64_t x = 0; x < u; ++x) {
+    const std::int64_t whole = st.caps[x] / (u - 1);
+    if (whole == 0) continue;
+    enter(x, RowRange{begin, begin + whole}, u - 1, -1);
+    begin += whole;
+  }
+  for (std::int64_t x = 0; x < u && begin < o.end; ++x) {
+    const std::int64_t part = st.caps[x] % (u - 1);
+    if (part == 0) continue;
+    enter(x, RowRange{begin, begin + 1}, part, busiest_room());
+    begin += 1;
+  }
+  while (begin < o.end) {
+    const int h = busiest_room();
+    const std::int64_t rows = std::min(o.end - begin, std::max<std::int64_t>(1, st.room[h] / (u - 1)));
+    enter(0, RowRange{begin, begin + rows}, 0, h);
+    begin += rows;
+  }
+  st.most = *std::max_element(after.begin(), after.end());
+}
+
 // scatter_allgather's phase-0 pieces for one relayed party P of m members (see the top): calls
 // holders(s, range, f) to enumerate f(source party, overlap) for each range P keeps, local(j, q, s,
 // rows) for rows member j copies from its own source party q, demand(j, q, s, rows) for rows member j
 // receives from q. member_party[j] is member j's source party (-1: none), load[j] the rows it sends
 // as a holder. Fills shares (per member, what it relays, ordered by sample and row) and sends (rows
 // each member relays after phase 0); returns whether the party relays in chains (chain_wins).
+// Rows that some members hold and at least two lack are cut both ways (plain_pieces,
+// helped_pieces) and the cut that leaves the involved members' busiest lower is kept (ties: plain),
+// so every step levels at least as well as the plain cut alone.
 // Shared by the world planner and the per-rank planner, which must produce identical pieces.
 template <class Holders, class Local, class DemandOn>
 bool relay_pieces(const Party& P, const std::vector<int>& slots, const std::vector<int>& member_party,
                   const std::vector<std::int64_t>& load, Holders&& holders, Local&& local, DemandOn&& demand,
                   std::vector<std::vector<Share>>& shares, std::vector<std::int64_t>& sends) {
   const int m = static_cast<int>(P.ranks.size());
-  shares.assign(m, {});
+  shares.resize(m);
+  for (auto& mine : shares) mine.clear();
   sends.assign(m, 0);
-  std::vector<Share> pool;  // rows no member holds; Share::holder_party is their source party
+  // Scratch kept between calls: the per-rank planner's exact count cuts thousands of parties.
+  thread_local struct {
+    std::vector<Share> pool;  // rows no member holds; Share::holder_party is their source party
+    std::vector<int> lacking, holding;
+    std::vector<std::int64_t> level, caps;
+    RelayStep plain, helped;
+  } scratch;
+  std::vector<Share>& pool = scratch.pool;
+  std::vector<int>&lacking = scratch.lacking, &holding = scratch.holding;
+  RelayStep &plain = scratch.plain, &helped = scratch.helped;
+  pool.clear();
   std::int64_t pooled_rows = 0;
-  std::vector<int> lacking;
   for (std::size_t k = 0; k < P.samples.size(); ++k) {
     const int s = P.samples[k];
     for (int i = P.first_range[slots[k]]; i < P.first_range[slots[k] + 1]; ++i) {
       holders(s, P.ranges[i], [&](int q, RowRange o) {
         lacking.clear();
+        holding.clear();
         for (int j = 0; j < m; ++j) {
           if (member_party[j] == q) {
             local(j, q, s, o);
+            holding.push_back(j);
           } else {
             lacking.push_back(j);
           }
@@ -218,28 +375,26 @@ bool relay_pieces(const Party& P, const std::vector<int>& slots, const std::vect
           return;
         }
         if (u == 0) return;  // every member copied the rows
-        // Pieces sized so the lacking members' sends (relays so far plus their own phase-0
-        // sends as holders) level out; each piece costs its member u-1 relays.
-        std::vector<std::int64_t> level(u);
-        for (int x = 0; x < u; ++x) level[x] = u > 1 ? (sends[lacking[x]] + load[lacking[x]]) / (u - 1) : 0;
-        const std::vector<std::int64_t> caps = water_fill(level, o.size());
-        std::int64_t begin = o.begin;
-        for (int x = 0; x < u; ++x) {
-          const RowRange piece{begin, begin + caps[x]};
-          begin = piece.end;
-          if (piece.size() == 0) continue;
-          const int j = lacking[x];
-          demand(j, q, s, piece);
-          if (u > 1) shares[j].push_back(Share{q, s, piece});
-          sends[j] += piece.size() * (u - 1);
+        plain_pieces(q, s, o, lacking, holding, load, sends, plain);
+        const RelayStep* step = &plain;
+        if (u > 1) {
+          helped_pieces(q, s, o, lacking, holding, member_party, load, sends, helped);
+          if (helped.most < plain.most) step = &helped;
+        }
+        for (const RelayStep::Entry& e : step->entries) {
+          demand(e.member, q, s, e.share.rows);
+          if (u > 1) shares[e.member].push_back(e.share);
+          sends[e.member] += e.share.rows.size() * e.served;
+          if (e.share.helper >= 0) sends[e.share.helper] += e.share.rows.size() * (u - 1 - e.served);
         }
       });
     }
   }
   // A pooled row costs its relay m-1 sends: fill in those units so totals level out.
-  std::vector<std::int64_t> level(m);
+  std::vector<std::int64_t>&level = scratch.level, &caps = scratch.caps;
+  level.resize(m);
   for (int j = 0; j < m; ++j) level[j] = (sends[j] + load[j]) / (m - 1);
-  const std::vector<std::int64_t> caps = water_fill(level, pooled_rows);
+  water_fill(level, pooled_rows, caps);
   int j = 0;
   std::int64_t room = caps.empty() ? 0 : caps[0];
   for (const Share& item : pool) {
@@ -439,20 +594,13 @@ class Planner {
                                                pd_.offset(pi, sh.sample, sh.rows.begin)));
   }
 
-  // Phase 1: each member passes its shares on to every other member that lacks them.
+  // Phase 1: each member passes its shares on to every other member that lacks them, but for the
+  // targets a helper serves, which come after (star_sender).
   void relay(int pi, const std::vector<std::vector<Share>>& shares) {
     const Party& P = pd_.parties[pi];
     const int m = static_cast<int>(P.ranks.size());
-    for (int a = 0; a < m; ++a) {
-      if (shares[a].empty()) continue;  // keeps this loop O(transfers), not O(m^2)
-      for (int b = 0; b < m; ++b) {
-        if (b == a) continue;
-        for (const Share& sh : shares[a]) {
-          if (ps_.party_of_rank[P.ranks[b]] == sh.holder_party) continue;  // b copied these itself
-          relay_transfer(pi, a, b, sh, 1);
-        }
-      }
-    }
+    for_each_star_relay(m, shares, [&](int b, const Share& sh) { return ps_.party_of_rank[P.ranks[b]] == sh.holder_party; },
+                        [&](int from, int to, const Share& sh) { relay_transfer(pi, from, to, sh, 1); });
   }
 
   // Phases 1, 2, ...: each share hops from the member it entered at to the next member lacking it.

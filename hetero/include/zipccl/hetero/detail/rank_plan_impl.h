@@ -519,15 +519,11 @@ class RankPlanBuilder {
       }
       return;
     }
-    for (int a = 0; a < m; ++a) {
-      for (int b = 0; b < m; ++b) {
-        if (b == a || (P.ranks[a] != rank_ && P.ranks[b] != rank_)) continue;
-        for (const Share& sh : plan.shares[a]) {
-          if (plan.member_party[b] == sh.holder_party) continue;
-          add(a, b, sh, 1);
-        }
-      }
-    }
+    if (plan.shares.empty()) return;  // a one-rank party relays nothing
+    for_each_star_relay(m, plan.shares, [&](int b, const Share& sh) { return plan.member_party[b] == sh.holder_party; },
+                        [&](int from, int to, const Share& sh) {
+                          if (P.ranks[from] == rank_ || P.ranks[to] == rank_) add(from, to, sh, 1);
+                        });
   }
 
   // Planner::make_plan's choice for automatic: whether the world's busiest sender sends less under
