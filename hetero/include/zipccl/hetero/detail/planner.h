@@ -122,8 +122,7 @@ struct Share {
   int holder_party;
   int sample;
   RowRange rows;
-  int helper = -1;       // a member holding these rows that serves some of the star's targets
-  int helper_from = -1;  // ... those from this member on (star_sender)
+  int helper = -1;  // a member holding these rows that passes them on instead (star relays only)
 };
 
 // The member that passes share `sh`, entered at member a, on last in a chain: the last member
@@ -194,13 +193,8 @@ inline std::int64_t pooled_relay_rows(std::int64_t rows, std::int64_t m) {
   return star <= rows ? star : rows - rows / m;
 }
 
-// Which member sends share sh (entered at member a) on to member b in the star: the helper for
-// the targets from sh.helper_from (in party order round the party, up to a), a for the others.
-inline int star_sender(int m, int a, int b, const Share& sh) {
-  if (sh.helper < 0) return a;
-  const int from = sh.helper_from;
-  return (b - from + m) % m < (a - from + m) % m ? sh.helper : a;
-}
+// Which member sends share sh, entered at member a, on to the others in the star.
+inline int star_sender(int a, const Share& sh) { return sh.helper < 0 ? a : sh.helper; }
 
 // Calls f(from, to, share) for each phase-1 send of a star relay: first each member's own sends,
 // member by member and target by target (consecutive shares to one target merge into a message),
@@ -214,7 +208,7 @@ void for_each_star_relay(int m, const std::vector<std::vector<Share>>& shares, H
       if (b == a) continue;
       for (const Share& sh : shares[a]) {
         if (holds(b, sh)) continue;
-        if (star_sender(m, a, b, sh) == a) {
+        if (star_sender(a, sh) == a) {
           f(a, b, sh);
         } else {
           helped = true;
@@ -227,7 +221,7 @@ void for_each_star_relay(int m, const std::vector<std::vector<Share>>& shares, H
     for (const Share& sh : shares[a]) {
       if (sh.helper < 0) continue;
       for (int b = 0; b < m; ++b) {
-        if (b != a && !holds(b, sh) && star_sender(m, a, b, sh) == sh.helper) f(sh.helper, b, sh);
+        if (b != a && !holds(b, sh)) f(sh.helper, b, sh);
       }
     }
   }
@@ -238,8 +232,7 @@ void for_each_star_relay(int m, const std::vector<std::vector<Share>>& shares, H
 struct RelayStep {
   struct Entry {
     int member;
-    Share share;
-    std::int64_t served;  // targets the member serves itself (u - 1 unless a helper serves the rest)
+    Share share;  // relayed by the member, or by share.helper
   };
   std::vector<Entry> entries;
   std::vector<std::int64_t> level, caps, room;  // scratch
@@ -263,20 +256,20 @@ inline void plain_pieces(int q, int s, RowRange o, const std::vector<int>& lacki
     const int j = lacking[x];
     st.most = std::max(st.most, sends[j] + load[j] + st.caps[x] * (u - 1));
     if (st.caps[x] == 0) continue;
-    st.entries.push_back(RelayStep::Entry{j, Share{q, s, RowRange{begin, begin + st.caps[x]}}, u - 1});
+    st.entries.push_back(RelayStep::Entry{j, Share{q, s, RowRange{begin, begin + st.caps[x]}}});
     begin += st.caps[x];
   }
 }
 
 // The cut of the same overlap with helpers: the holding members copied o in phase 0 and can pass
 // it on in phase 1 like a relay, so the u - 1 relays of each row are water-filled over lacking and
-// holding members together (one send each). A lacking member whose share is f (u - 1) + r relays f
-// whole rows it entered and r targets of one more row, whose other targets a helper serves; the
-// rows left enter at lacking[0] and are served by helpers alone.
+// holding members together (one send each). A lacking member whose share is f (u - 1) + r relays
+// the f whole rows it entered to all u - 1 targets; the rows left enter at lacking[0] and helpers
+// serve all their targets. Rounding each share down to whole rows (no row split between a member
+// and a helper) costs helpers up to u - 2 units per lacking member, but keeps a piece one message
+// per target: splitting rows doubled the messages for a fraction of a percent of bytes.
 inline void helped_pieces(int q, int s, RowRange o, const std::vector<int>& lacking, const std::vector<int>& holding,
-                          const std::vector<int>& member_party, const std::vector<std::int64_t>& load,
-                          const std::vector<std::int64_t>& sends, RelayStep& st) {
-  const int m = static_cast<int>(member_party.size());
+                          const std::vector<std::int64_t>& load, const std::vector<std::int64_t>& sends, RelayStep& st) {
   const std::int64_t u = static_cast<std::int64_t>(lacking.size());
   st.entries.clear();
   st.level.clear();
@@ -286,39 +279,29 @@ inline void helped_pieces(int q, int s, RowRange o, const std::vector<int>& lack
   st.room.assign(st.caps.begin() + u, st.caps.end());  // helpers' units left
   std::vector<std::int64_t>& after = st.level;           // each involved member's sends + load
   auto busiest_room = [&] { return static_cast<int>(std::max_element(st.room.begin(), st.room.end()) - st.room.begin()); };
-  auto enter = [&](std::int64_t x, RowRange rows, std::int64_t served, int helper) {
+  auto enter = [&](std::int64_t x, RowRange rows, int helper) {  // helper -1: lacking[x] relays them
     Share sh{q, s, rows};
-    if (served < u - 1) {
+    if (helper >= 0) {
       sh.helper = holding[helper];
-      int b = lacking[x], left = static_cast<int>(served);
-      do {  // the first target lacking[x] does not serve
-        b = b + 1 == m ? 0 : b + 1;
-      } while (member_party[b] == q || left-- > 0);
-      sh.helper_from = b;
-      const std::int64_t units = rows.size() * (u - 1 - served);
-      after[u + helper] += units;
-      st.room[helper] -= units;
+      after[u + helper] += rows.size() * (u - 1);
+      st.room[helper] -= rows.size() * (u - 1);
+    } else {
+      after[x] += rows.size() * (u - 1);
     }
-    after[x] += rows.size() * served;
-    st.entries.push_back(RelayStep::Entry{lacking[x], sh, served});
+    st.entries.push_back(RelayStep::Entry{lacking[x], sh});
   };
   std::int64_t begin = o.begin;
-  for (std::int64_t x = 0; x < u; ++x) {
-    const std::int64_t whole = st.caps[x] / (u - 1);
+  for (std::int64_t i = 1; i <= u; ++i) {  // lacking[0] last: the helpers' rows enter there too
+    const std::int64_t x = i % u, whole = st.caps[x] / (u - 1);
     if (whole == 0) continue;
-    enter(x, RowRange{begin, begin + whole}, u - 1, -1);
+    enter(x, RowRange{begin, begin + whole}, -1);
     begin += whole;
-  }
-  for (std::int64_t x = 0; x < u && begin < o.end; ++x) {
-    const std::int64_t part = st.caps[x] % (u - 1);
-    if (part == 0) continue;
-    enter(x, RowRange{begin, begin + 1}, part, busiest_room());
-    begin += 1;
   }
   while (begin < o.end) {
     const int h = busiest_room();
-    const std::int64_t rows = std::min(o.end - begin, std::max<std::int64_t>(1, st.room[h] / (u - 1)));
-    enter(0, RowRange{begin, begin + rows}, 0, h);
+    // What rounding left over goes to one helper in one piece.
+    const std::int64_t rows = st.room[h] < u - 1 ? o.end - begin : std::min(o.end - begin, st.room[h] / (u - 1));
+    enter(0, RowRange{begin, begin + rows}, h);
     begin += rows;
   }
   st.most = *std::max_element(after.begin(), after.end());
@@ -378,14 +361,13 @@ bool relay_pieces(const Party& P, const std::vector<int>& slots, const std::vect
         plain_pieces(q, s, o, lacking, holding, load, sends, plain);
         const RelayStep* step = &plain;
         if (u > 1) {
-          helped_pieces(q, s, o, lacking, holding, member_party, load, sends, helped);
+          helped_pieces(q, s, o, lacking, holding, load, sends, helped);
           if (helped.most < plain.most) step = &helped;
         }
         for (const RelayStep::Entry& e : step->entries) {
           demand(e.member, q, s, e.share.rows);
           if (u > 1) shares[e.member].push_back(e.share);
-          sends[e.member] += e.share.rows.size() * e.served;
-          if (e.share.helper >= 0) sends[e.share.helper] += e.share.rows.size() * (u - 1 - e.served);
+          sends[star_sender(e.member, e.share)] += e.share.rows.size() * (u - 1);
         }
       });
     }
