@@ -66,12 +66,14 @@ printf '%s, %d bytes, %d rounds%s%s\n' "$file" "$bytes" "$rounds" "${frame:+, ${
 printf '%-17s %-44s %7s %8s %9s %7s\n' "" "GB/s, rounds sorted" median "vs bench" "peak RSS" "CPU s"
 for m in bench_encode bench_decode tool_compress tool_decompress other_compress other_decompress; do
   [ -s "$work/$m" ] || continue
-  base=$work/bench_${m#*_}
-  [ "${m#*_}" = compress ] && base=$work/bench_encode
-  [ "${m#*_}" = decompress ] && base=$work/bench_decode
   med=$(cut -d' ' -f1 "$work/$m" | median)
-  ratio=$(awk -v a="$med" -v b="$(cut -d' ' -f1 "$base" | median)" 'BEGIN { printf "%.0f%%", 100 * a / b }')
-  [ "${m%%_*}" = bench ] && ratio=""
+  ratio=""  # the tool's and the other tool's rows against bench's encode or decode
+  case ${m#*_} in
+    compress) base=$work/bench_encode ;;
+    decompress) base=$work/bench_decode ;;
+    *) base="" ;;
+  esac
+  [ -n "$base" ] && ratio=$(awk -v a="$med" -v b="$(cut -d' ' -f1 "$base" | median)" 'BEGIN { printf "%.0f%%", 100 * a / b }')
   rss=$(cut -d' ' -f2 "$work/$m" | sort -g | tail -1)
   cpu=$(cut -d' ' -f3 "$work/$m" | median)
   printf '%-17s %-44s %7s %8s %9s %7s\n' "$m" "$(cut -d' ' -f1 "$work/$m" | sort -g | tr '\n' ' ')" "$med" \
