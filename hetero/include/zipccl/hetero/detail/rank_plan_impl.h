@@ -61,14 +61,35 @@ class LazyPlacement {
     return party_index(c.dp, c.cp, m_.sequence_parallel() ? c.tp : 0);
   }
   // Calls f(rank) for each member of party `index`, in the party's order, without building it.
+  // Without sequence parallelism the members are tp ranks 0, 1, ... of one (replica, cp): one
+  // stride(tp) apart.
   template <class F>
   void for_each_member(int index, F&& f) const {
     const int t = index % per_cp_, c = index / per_cp_ % m_.cp(), d = index / per_cp_ / m_.cp();
     if (m_.sequence_parallel()) {
       f(m_.rank(Coords{t, c, d, m_.boundary_stage()}));
     } else {
-      for (int u = 0; u < m_.tp(); ++u) f(m_.rank(Coords{u, c, d, m_.boundary_stage()}));
+      const int first = m_.rank(Coords{0, c, d, m_.boundary_stage()}), stride = m_.stride(Dim::tp);
+      for (int u = 0; u < m_.tp(); ++u) f(first + u * stride);
     }
+  }
+  // party_of_rank from a table over the module's span, built on first use by walking the boundary
+  // stage's coordinates (no division per rank): the exact count looks up every member of every party.
+  int party_of_rank_cached(int rank) {
+    if (!m_.contains(rank)) return -1;
+    if (party_by_rank_.empty()) {
+      party_by_rank_.assign(static_cast<std::size_t>(m_.num_ranks()), -1);
+      const int stage = m_.boundary_stage() * m_.stride(Dim::pp);
+      for (int d = 0; d < m_.dp(); ++d) {
+        for (int c = 0; c < m_.cp(); ++c) {
+          const int base = stage + d * m_.stride(Dim::dp) + c * m_.stride(Dim::cp);
+          for (int t = 0; t < m_.tp(); ++t) {
+            party_by_rank_[base + t * m_.stride(Dim::tp)] = party_index(d, c, m_.sequence_parallel() ? t : 0);
+          }
+        }
+      }
+    }
+    return party_by_rank_[rank - m_.first_rank()];
   }
   int party_size() const { return m_.sequence_parallel() ? 1 : m_.tp(); }
   int replica_of_party(int index) const { return index / per_cp_ / m_.cp(); }
@@ -224,6 +245,91 @@ class LazyPlacement {
   std::vector<std::int64_t> covered_;   // image rows before each interval of image_at_, then the total
   std::int64_t thd_local_ = 0;
   std::vector<std::int64_t> sums_, rows_of_n_;  // max_kept_rows' scratch, per cp rank
+  std::vector<int> party_by_rank_;              // party_of_rank_cached's table, from first_rank
+};
+
+// water_fill's level (planner.h) for `levels` (sorted here) and total > 0: the smallest v with
+// sum over x of max(0, v - levels[x]) >= total. With the i lowest levels a_1..a_i under v (a_i < v <=
+// a_(i+1)) that sum is i v - (a_1 + ... + a_i), so v = ceil((total + a_1 + ... + a_i) / i) for the
+// first i where that is at most a_(i+1) (or i = all).
+inline std::int64_t water_level(std::vector<std::int64_t>& levels, std::int64_t total) {
+  std::sort(levels.begin(), levels.end());
+  Int128 need = total;
+  for (std::size_t i = 1;; ++i) {
+    need += levels[i - 1];
+    if (i == levels.size() || need <= Int128{levels[i]} * static_cast<std::int64_t>(i)) {
+      const Int128 v = (need + static_cast<std::int64_t>(i) - 1) / static_cast<std::int64_t>(i);
+      return v > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(v);
+    }
+  }
+}
+
+// An upper bound on max_j (load_j + sends_j) over the members of one relayed party after
+// relay_pieces (planner.h), from the party's overlaps alone: no pieces, no Party. The proof, step by
+// step as relay_pieces goes (T_x = sends_x + load_x):
+//  - An overlap (q, z rows) goes to the u members lacking it (source party not q). u = m: pooled,
+//    dealt last over all m members as a step with u = m; u = 1: that member copies it, no relay;
+//    u = 0: every member copies it.
+//  - Otherwise water_fill is given levels l_x = floor(T_x / (u - 1)) and each row it deals x adds
+//    u - 1 to T_x, so exactly 1 to l_x. With lo its level (water_level), a member with l_x >= lo
+//    gets nothing and the others end at level lo - 1 or lo, keeping T_x mod (u - 1): afterwards each
+//    lacking member has T_x unchanged or at most (u - 1) lo + u - 2.
+//  - lo is non-decreasing in every l_x. So the same steps run on upper bounds T^_x >= T_x - lo^
+//    from floor(T^_x / (u - 1)), then T^_x = max(T^_x, (u - 1) lo^ + u - 2) for each lacking member -
+//    keep T^ >= T, starting from any upper bounds on the loads.
+//  - chain_wins swaps in chains only where they lower max_j (load_j + sends_j): the bound holds.
+// It is not exact (it ignores which lacking members the fill reaches): a party whose bound reaches
+// direct's figure is planned exactly. RankPlanBuilder::shared_relay_sends_less uses it; the test
+// RelayBoundCoversRelayPieces checks it against relay_pieces.
+class RelayBound {
+ public:
+  void start() {
+    party_.clear();
+    t_.clear();
+    pooled_ = 0;
+  }
+  // The next member: its source party (-1: none) and at least the load relay_pieces is given for it.
+  void add_member(int party, std::int64_t load) {
+    party_.push_back(party);
+    t_.push_back(load);
+  }
+  // The party's next overlap with source party q, in relay_pieces' order.
+  void overlap(int q, std::int64_t rows) {
+    who_.clear();
+    for (std::size_t j = 0; j < party_.size(); ++j) {
+      if (party_[j] != q) who_.push_back(static_cast<int>(j));
+    }
+    if (who_.size() == party_.size()) {
+      pooled_ += rows;
+    } else if (who_.size() > 1) {
+      raise(static_cast<std::int64_t>(who_.size()) - 1, rows);
+    }
+  }
+  // The bound, once every overlap is in (the pool is dealt here, as relay_pieces deals it last).
+  std::int64_t finish() {
+    if (pooled_ > 0 && party_.size() > 1) {
+      who_.resize(party_.size());
+      for (std::size_t j = 0; j < who_.size(); ++j) who_[j] = static_cast<int>(j);
+      raise(static_cast<std::int64_t>(party_.size()) - 1, pooled_);
+    }
+    return t_.empty() ? 0 : *std::max_element(t_.begin(), t_.end());
+  }
+
+ private:
+  // One water_fill over the members in who_, each row costing `per_row` sends.
+  void raise(std::int64_t per_row, std::int64_t rows) {
+    levels_.clear();
+    for (int j : who_) levels_.push_back(t_[j] / per_row);
+    std::int64_t top = 0;  // (u - 1) lo^ + u - 2, saturated
+    if (__builtin_mul_overflow(water_level(levels_, rows), per_row, &top) || __builtin_add_overflow(top, per_row - 1, &top)) {
+      top = INT64_MAX;
+    }
+    for (int j : who_) t_[j] = std::max(t_[j], top);
+  }
+
+  std::vector<int> party_, who_;
+  std::vector<std::int64_t> t_, levels_;
+  std::int64_t pooled_ = 0;
 };
 
 class RankPlanBuilder {
@@ -366,6 +472,7 @@ class RankPlanBuilder {
   // Rows source party q lets out in phase 0 (Planner::estimate_source_load's per-party figure), or
   // with direct = true what it would send under the direct strategy.
   std::int64_t holder_rows(int q, bool direct) {
+    if (holders_counted_) return direct ? held_[q].second : held_[q].first;
     auto it = holder_rows_.find(q);
     if (it == holder_rows_.end()) {
       std::int64_t relay = 0, direct_rows = 0;  // a sum: any order of the overlaps will do
@@ -528,8 +635,7 @@ class RankPlanBuilder {
 
   // Planner::make_plan's choice for automatic: whether the world's busiest sender sends less under
   // scatter_allgather than under direct. Decided from bounds where they suffice, in O(samples x cp)
-  // (image-only) or O(samples) (the LLM's combined input), plus, with both modules on shared ranks,
-  // O(members) per receiving party tried; otherwise counted exactly (exact_relay_sends_less).
+  // (image-only) or O(samples) (the LLM's combined input); otherwise counted (exact_relay_sends_less).
   //  - A receiving party of one rank is planned alike by both strategies: equal plans, and ties go
   //    to direct.
   //  - Modules on disjoint ranks: with A the most rows a source party keeps and B the most a
@@ -538,10 +644,6 @@ class RankPlanBuilder {
   //    exact_relay_sends_less; non-decreasing in B). Given A in [lo, hi]: relay wins for every A >= lo once lo (m - 1) >= k
   //    (then ceil(A / k) < ceil(A m / k)) and the relay term is below ceil(lo m / k); direct wins
   //    when the relay term is at least ceil(hi m / k).
-  //  - Shared ranks: direct sends at most ceil(A m / k) anyway. A receiving party whose members
-  //    hold at most H of the R rows it keeps must relay each other row to its m - 1 other members
-  //    (star or chain alike), so its busiest member relays at least ceil((R - H) (m - 1) / m) rows;
-  //    one such party at or above direct's figure settles direct.
   //  - Shared ranks, relay's side (image-only): direct's source party with A rows has at most
   //    min(k, m) members in any receiving party, so it sends at least ceil(A (m - min(k, m)) / k).
   //    Under scatter_allgather a member j of party P ends with s_j relayed rows on top of its load
@@ -567,129 +669,132 @@ class RankPlanBuilder {
       if (a.lo == a.hi && b.lo == b.hi) return std::max(ceil_div(a.hi, k), relay_hi) < direct_hi;
       if (a.lo * (m - 1) >= k && relay_hi < ceil_div(a.lo * m, k)) return true;
       if (relay_lo >= direct_hi) return false;
-    } else {
-      if (!ps_.combined() && !pd_.combined()) {
-        const std::int64_t b = pd_.max_kept_rows().hi, share = ceil_div(a.hi, k), outside = m - std::min(k, m);
-        const std::int64_t direct_lo = ceil_div(a.lo * outside, k);
-        const Int128 u = std::max<std::int64_t>(2, outside), w = Int128{m} * share + Int128{b} * (m - 1);
-        const Int128 steps = Int128{pd_.max_replica_samples()} * (2 * Int128{ps_.parties_per_replica()} + 2) + 1;
-        const Int128 relay_hi = std::max<Int128>(share, (w + u - 1) / u + 2 * m - 3) + steps * (m - 2);
-        if (relay_hi < direct_lo || (share < direct_lo && relay_surely_below(direct_lo))) return true;
-      }
-      for (int pi = 0; pi < pd_.num_parties(); ++pi) {
-        std::int64_t held = 0;
-        int last = -1;
-        pd_.for_each_member(pi, [&](int r) {  // members of one source party come in a row
-          const int q = ps_.party_of_rank(r);
-          if (q >= 0 && q != last) held += ps_.kept_rows(q);
-          last = q;
-        });
-        const std::int64_t pooled = pd_.kept_rows(pi) - held;
-        if (pooled > 0 && ceil_div(pooled * (m - 1), m) >= direct_hi) return false;
-      }
+      return separated_relay_sends_less();
     }
-    return exact_relay_sends_less();
+    if (!ps_.combined() && !pd_.combined()) {
+      const std::int64_t b = pd_.max_kept_rows().hi, share = ceil_div(a.hi, k), outside = m - std::min(k, m);
+      const std::int64_t direct_lo = ceil_div(a.lo * outside, k);
+      const Int128 u = std::max<std::int64_t>(2, outside), w = Int128{m} * share + Int128{b} * (m - 1);
+      const Int128 steps = Int128{pd_.max_replica_samples()} * (2 * Int128{ps_.parties_per_replica()} + 2) + 1;
+      const Int128 relay_hi = std::max<Int128>(share, (w + u - 1) / u + 2 * m - 3) + steps * (m - 2);
+      if (relay_hi < direct_lo) return true;
+    }
+    return exact_relay_sends_less(direct_hi);
   }
 
-  // The relay side of the shared-ranks bound (world_relay_sends_less), party by party: W from each
-  // member's own source party (l_j <= ceil(kept / k)) and the relays P really needs - each row it
-  // keeps costs m - 1, less one per member of the source party holding it (none when all do) - and
-  // u' from the most members one source party has in P. True when every party's bound is below
-  // `direct_lo`. O(receiving parties x members + the samples of those members' source parties).
-  bool relay_surely_below(std::int64_t direct_lo) {
+  // The exact count on disjoint ranks, in rows, from the parties' sizes: the receiving parties of a
+  // replica partition each sample's rows and all have the same size, and no member of one module's
+  // parties holds or keeps rows of the other's, so
+  //  - source party Q: direct sends its rows once per receiving-party member, scatter_allgather
+  //    once per receiving party - rows(Q) * |P| and rows(Q) - cut equally among Q's members;
+  //  - receiving party P: every row it needs is pooled and its members carry no holder load:
+  //    pooled_relay_rows(rows(P), m).
+  bool separated_relay_sends_less() {
     const std::int64_t m = pd_.party_size(), k = ps_.party_size();
-    const Int128 per_sample = 2 * Int128{ps_.parties_per_replica()} + 2;
-    for (int pi = 0; pi < pd_.num_parties(); ++pi) {
-      const int d = pd_.replica_of_party(pi);
-      member_parties_.clear();
-      pd_.for_each_member(pi, [&](int r) { member_parties_.push_back(ps_.party_of_rank(r)); });
-      std::sort(member_parties_.begin(), member_parties_.end());
-      Int128 w = Int128{pd_.kept_rows(pi)} * (m - 1);  // loads, plus relays: (m - 1) per row, less what members hold
-      std::int64_t highest = 0, most = 0;
-      for (std::size_t i = 0; i < member_parties_.size();) {
-        const int q = member_parties_[i];
-        std::size_t j = i;
-        while (j < member_parties_.size() && member_parties_[j] == q) ++j;
-        const std::int64_t c = static_cast<std::int64_t>(j - i);
-        i = j;
-        if (q < 0) continue;
-        const std::int64_t load = ceil_div(ps_.kept_rows(q), k);
-        highest = std::max(highest, load);
-        most = std::max(most, c);
-        std::int64_t held = 0;
-        for (const int* s = ps_.samples_begin(q); s != ps_.samples_end(q); ++s) {
-          if (pd_.replica_of(*s) != d) continue;
-          pd_.for_each_range(pi, *s, [&](RowRange want) {
-            ps_.for_each_range(q, *s, [&](RowRange have) {
-              held += std::max<std::int64_t>(0, std::min(want.end, have.end) - std::max(want.begin, have.begin));
-            });
+    std::int64_t direct_most = 0, relay_most = 0;
+    for (int q = 0; q < ps_.num_parties(); ++q) {
+      const std::int64_t rows = ps_.kept_rows(q);
+      direct_most = std::max(direct_most, ceil_div(checked_mul(rows, m, "rows a source party sends under the direct strategy"), k));
+      relay_most = std::max(relay_most, ceil_div(rows, k));
+    }
+    for (int pi = 0; pi < pd_.num_parties() && relay_most < direct_most; ++pi) {
+      relay_most = std::max(relay_most, pooled_relay_rows(pd_.kept_rows(pi), m));
+    }
+    return relay_most < direct_most;
+  }
+
+  // The exact count on shared ranks: every rank's rows under each strategy, without planning every
+  // party. Three passes:
+  //  1. Each receiving party's overlaps with the source parties holding its rows, in relay_pieces'
+  //     order (kept in overlaps_), summed into every source party's rows as a holder under each
+  //     strategy (holder_rows: relay, once per receiving party some member of which lacks them;
+  //     direct, once per lacking member). A party whose members hold none of R rows must relay
+  //     them to its m - 1 other members (star or chain alike), so its busiest member sends at least
+  //     ceil(R (m - 1) / m): at or above direct_hi (>= direct's busiest sender), direct wins at once.
+  //  2. direct's busiest sender, and under scatter_allgather each party's RelayBound from its
+  //     members' loads and its overlaps. A party none of whose members holds rows relays them all
+  //     from the pool with no holder load: pooled_relay_rows, exact.
+  //  3. The parties whose bound reaches direct's figure, highest first, planned as the planner
+  //     plans them (party_plan): direct wins at the first member that reaches it.
+  // A rank is in at most one party of each module, so its total is its share of its source party's
+  // rows plus its relays; a rank in no receiving party sends at most ceil(rows / k) of its party's.
+  bool exact_relay_sends_less(std::int64_t direct_hi) {
+    const std::int64_t m = pd_.party_size(), k = ps_.party_size();
+    const int receivers = pd_.num_parties();
+    held_.assign(static_cast<std::size_t>(ps_.num_parties()), {0, 0});
+    holders_counted_ = false;
+    overlaps_.clear();
+    received_.clear();
+    std::vector<int>& member = member_parties_;
+    for (int pi = 0; pi < receivers; ++pi) {
+      member.clear();
+      pd_.for_each_member(pi, [&](int r) { member.push_back(ps_.party_of_rank_cached(r)); });
+      std::int64_t pooled = 0, rows = 0;
+      const std::size_t first = overlaps_.size();
+      for (const int* s = pd_.samples_begin(pi); s != pd_.samples_end(pi); ++s) {
+        pd_.for_each_range(pi, *s, [&](RowRange want) {
+          for_each_holder(*s, want, [&](int q, RowRange o) {
+            const std::int64_t holding = std::count(member.begin(), member.end(), q), n = o.size();
+            held_[q].second += n * (m - holding);
+            if (holding < m) held_[q].first += n;
+            if (holding == 0) pooled += n;
+            rows += n;
+            overlaps_.push_back(Overlap{q, n});
           });
-        }
-        w += Int128{load} * c - Int128{held} * std::min(c, m - 1);
+        });
       }
-      const Int128 u = std::max<std::int64_t>(2, m - most);
-      const Int128 steps = Int128{pd_.samples_end(pi) - pd_.samples_begin(pi)} * per_sample + 1;
-      if (std::max<Int128>(highest, (w + u - 1) / u + 2 * m - 3) + steps * (m - 2) >= direct_lo) return false;
+      if (pooled > 0 && ceil_div(pooled * (m - 1), m) >= direct_hi) return false;
+      const bool colocated = std::any_of(member.begin(), member.end(), [](int q) { return q >= 0; });
+      if (!colocated) overlaps_.resize(first);  // settled by pooled_relay_rows(rows, m)
+      received_.push_back(Received{overlaps_.size(), colocated ? -1 : rows});
+    }
+    holders_counted_ = true;
+    std::int64_t direct_most = 0, relay_most = 0;
+    for (const auto& [relay, direct] : held_) {
+      direct_most = std::max(direct_most, ceil_div(direct, k));
+      relay_most = std::max(relay_most, ceil_div(relay, k));
+    }
+    if (relay_most >= direct_most) return false;
+    std::vector<std::pair<std::int64_t, int>> open;  // (-bound, party)
+    std::size_t next = 0;
+    for (int pi = 0; pi < receivers; ++pi) {
+      const Received& p = received_[pi];
+      if (p.pooled_rows >= 0) {
+        if (pooled_relay_rows(p.pooled_rows, m) >= direct_most) return false;
+        continue;
+      }
+      bound_.start();
+      pd_.for_each_member(pi, [&](int r) {
+        const int q = ps_.party_of_rank_cached(r);
+        bound_.add_member(q, q < 0 ? 0 : ceil_div(held_[q].first, k));
+      });
+      for (; next < p.end; ++next) bound_.overlap(overlaps_[next].party, overlaps_[next].rows);
+      const std::int64_t most = bound_.finish();
+      if (most >= direct_most) open.emplace_back(-most, pi);
+    }
+    std::sort(open.begin(), open.end());
+    for (const auto& [minus_bound, pi] : open) {
+      const Party& P = pd_.party(pi);
+      const PartyPlan& plan = party_plan(pi);
+      for (std::size_t j = 0; j < P.ranks.size(); ++j) {
+        if (holder_share(P.ranks[j]) + plan.relay_rows[j] >= direct_most) return false;
+      }
     }
     return true;
   }
 
-  // The exact count behind world_relay_sends_less, in rows without building transfers. A party none
-  // of whose members is in the other module's boundary parties has a closed form, since the
-  // receiving parties of a replica partition each sample's rows and all have the same size:
-  //  - source party Q: direct sends its rows once per receiving-party member, scatter_allgather
-  //    once per receiving party - rows(Q) * |P| and rows(Q) - cut equally among Q's members;
-  //  - relayed receiving party P: every row it needs is pooled (no member holds any) and its
-  //    members carry no holder load: pooled_relay_rows(rows(P), m).
-  // Parties with colocated members are counted exactly as the planner plans them (holder_rows,
-  // party_plan), which costs their demands; the others cost their kept rows.
-  bool exact_relay_sends_less() {
-    std::unordered_map<int, std::int64_t> sent;  // ranks in both modules' parties: both terms
-    std::int64_t direct_most = 0, relay_most = 0;
-    const std::int64_t dst_size = pd_.party_size();
-    const int sources = ps_.num_parties(), receivers = pd_.num_parties();
-    for (int q = 0; q < sources; ++q) {
-      bool colocated = false;
-      ps_.for_each_member(q, [&](int r) { colocated = colocated || pd_.party_of_rank(r) >= 0; });
-      const std::int64_t k = ps_.party_size();
-      if (!colocated) {
-        const std::int64_t rows = ps_.kept_rows(q);
-        direct_most = std::max(direct_most, ceil_div(checked_mul(rows, dst_size, "rows a source party sends under the direct strategy"), k));
-        relay_most = std::max(relay_most, ceil_div(rows, k));
-        continue;
-      }
-      const std::int64_t direct = holder_rows(q, true), relayed = holder_rows(q, false);
-      direct_most = std::max(direct_most, ceil_div(direct, k));
-      std::int64_t h = 0;
-      ps_.for_each_member(q, [&](int r) {
-        sent[r] += split_point(relayed, h + 1, k) - split_point(relayed, h, k);
-        ++h;
-      });
-    }
-    // Colocated parties cost their demands, so they go last and heaviest first: where direct wins,
-    // the party that shows it usually comes early.
-    std::vector<std::pair<std::int64_t, int>> colocated_parties;  // (-kept rows, party)
-    for (int pi = 0; pi < receivers && dst_size > 1; ++pi) {
-      bool colocated = false;
-      pd_.for_each_member(pi, [&](int r) { colocated = colocated || ps_.party_of_rank(r) >= 0; });
-      if (colocated) {
-        colocated_parties.emplace_back(-pd_.kept_rows(pi), pi);
-        continue;
-      }
-      relay_most = std::max(relay_most, pooled_relay_rows(pd_.kept_rows(pi), dst_size));
-      if (relay_most >= direct_most) return false;
-    }
-    std::sort(colocated_parties.begin(), colocated_parties.end());
-    for (const auto& [minus_rows, pi] : colocated_parties) {
-      const Party& P = pd_.party(pi);
-      const PartyPlan& plan = party_plan(pi);
-      for (std::size_t j = 0; j < P.ranks.size(); ++j) {
-        // A member's holder sends were all counted above, so it can only grow: settled at once.
-        if ((sent[P.ranks[j]] += plan.relay_rows[j]) >= direct_most) return false;
-      }
-    }
-    for (const auto& [r, rows] : sent) relay_most = std::max(relay_most, rows);
-    return relay_most < direct_most;
+  // Rank r's part of its source party's rows as a holder under scatter_allgather: the cut gives
+  // member h rows [split_point(h), split_point(h + 1)).
+  std::int64_t holder_share(int r) {
+    const int q = ps_.party_of_rank_cached(r);
+    if (q < 0) return 0;
+    const std::int64_t k = ps_.party_size(), rows = holder_rows(q, false);
+    std::int64_t h = 0, mine = 0;
+    ps_.for_each_member(q, [&](int x) {
+      if (x == r) mine = h;
+      ++h;
+    });
+    return split_point(rows, mine + 1, k) - split_point(rows, mine, k);
   }
 
   LazyPlacement ps_, pd_;
@@ -698,7 +803,23 @@ class RankPlanBuilder {
   std::int64_t row_bytes_;
   RankPlan out_;
   std::vector<Demand> stream_;
-  std::vector<int> member_parties_;  // relay_surely_below's scratch
+  // exact_relay_sends_less's counts: per source party (relay, direct) rows as a holder, complete
+  // once holders_counted_; per receiving party its overlaps (in relay_pieces' order) or, where no
+  // member holds rows, its kept rows.
+  struct Overlap {
+    int party;
+    std::int64_t rows;
+  };
+  struct Received {
+    std::size_t end;          // its overlaps end here in overlaps_ (they start where the last party's end)
+    std::int64_t pooled_rows;  // -1: some member holds rows
+  };
+  std::vector<std::pair<std::int64_t, std::int64_t>> held_;
+  bool holders_counted_ = false;
+  std::vector<Overlap> overlaps_;
+  std::vector<Received> received_;
+  std::vector<int> member_parties_;
+  RelayBound bound_;
   std::unordered_map<int, PartyPlan> party_plans_;
   std::unordered_map<int, std::pair<std::int64_t, std::int64_t>> holder_rows_;  // (scatter_allgather, direct)
 };
