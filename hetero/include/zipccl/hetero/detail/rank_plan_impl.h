@@ -92,6 +92,33 @@ class LazyPlacement {
     return party_by_rank_[rank - m_.first_rank()];
   }
   int party_size() const { return m_.sequence_parallel() ? 1 : m_.tp(); }
+  // Parties per (replica, cp): tp with sequence parallelism, else 1.
+  int per_cp() const { return per_cp_; }
+  // Calls f(index, c, t, first) for every party in index order: its cp and tp coordinates (tp 0
+  // without sequence parallelism) and its first member's rank, the others following member_stride()
+  // apart - without the divisions that decoding each index costs.
+  template <class F>
+  void for_each_party(F&& f) const {
+    const int sp = m_.sequence_parallel(), stage = m_.first_rank() + m_.boundary_stage() * m_.stride(Dim::pp);
+    int index = 0;
+    for (int d = 0; d < m_.dp(); ++d) {
+      for (int c = 0; c < m_.cp(); ++c) {
+        const int base = stage + d * m_.stride(Dim::dp) + c * m_.stride(Dim::cp);
+        for (int t = 0; t < per_cp_; ++t) f(index++, c, t, base + sp * t * m_.stride(Dim::tp));
+      }
+    }
+  }
+  int member_stride() const { return m_.stride(Dim::tp); }
+  // The ranges party (c, t) of sample s's replica keeps of it in an image-only layout (not combined()),
+  // as for_each_range gives them: with cp 1 and no sequence parallelism, the whole sample.
+  int stored_ranges(int s, int c, int t, RowRange out[2]) const {
+    const std::int64_t n = batch_.tokens[s];
+    if (m_.cp() == 1 && !m_.sequence_parallel()) {
+      out[0] = RowRange{0, n};
+      return n > 0;
+    }
+    return stored_rows(m_, n, c, t, out);
+  }
   int replica_of_party(int index) const { return index / per_cp_ / m_.cp(); }
   // The samples of party `index` (its replica's), ascending.
   const int* samples_begin(int index) const { return by_replica_.data() + first_[replica_of_party(index)]; }
@@ -160,6 +187,25 @@ class LazyPlacement {
         out.lo = std::max(out.lo, ceil_div(load, parties));
         out.hi = std::max(out.hi, load);
       }
+      return out;
+    }
+    if (cp == 1) {  // one party per tp piece of a replica: a sum per replica, no per-cp tables
+      std::int64_t last = -1, rows = 0;
+      for (int d = 0; d < m_.dp(); ++d) {
+        std::int64_t sum = 0;
+        for (int i = first_[d]; i < first_[d + 1]; ++i) {
+          const std::int64_t n = batch_.tokens[by_replica_[i]];
+          if (tp == 1) {
+            rows = n;
+          } else if (n != last) {
+            last = n;
+            rows = ceil_div(n, tp);
+          }
+          sum += rows;
+        }
+        out.hi = std::max(out.hi, sum);
+      }
+      out.lo = out.hi;
       return out;
     }
     sums_.assign(cp, 0);
@@ -705,73 +751,94 @@ class RankPlanBuilder {
 
   // The exact count on shared ranks: every rank's rows under each strategy, without planning every
   // party. Three passes:
-  //  1. Each receiving party's overlaps with the source parties holding its rows, in relay_pieces'
-  //     order (kept in overlaps_), summed into every source party's rows as a holder under each
-  //     strategy (holder_rows: relay, once per receiving party some member of which lacks them;
-  //     direct, once per lacking member). A party whose members hold none of R rows must relay
-  //     them to its m - 1 other members (star or chain alike), so its busiest member sends at least
-  //     ceil(R (m - 1) / m): at or above direct_hi (>= direct's busiest sender), direct wins at once.
-  //  2. direct's busiest sender, and under scatter_allgather each party's RelayBound from its
-  //     members' loads and its overlaps. A party none of whose members holds rows relays them all
-  //     from the pool with no holder load: pooled_relay_rows, exact.
-  //  3. The parties whose bound reaches direct's figure, highest first, planned as the planner
+  //  1. Each receiving party's overlaps with the source parties holding its rows (for_each_overlap),
+  //     summed into every source party's rows as a holder under each strategy (holder_rows:
+  //     relay, once per receiving party some member of which lacks them; direct, once per lacking
+  //     member), and into the party's own relay total. A party whose members hold none of R rows
+  //     must relay them to its m - 1 other members (star or chain alike), so its busiest member
+  //     sends at least ceil(R (m - 1) / m): at or above direct_hi (>= direct's busiest sender),
+  //     direct wins at once.
+  //  2. direct's busiest sender, and under scatter_allgather an upper bound on each party's busiest
+  //     member: pooled_relay_rows where no member holds rows (exact: the pool is all, no holder
+  //     load); else sum_bound from its totals, then RelayBound from its overlaps where that is not
+  //     below direct's figure.
+  //  3. The parties whose RelayBound reaches direct's figure, highest first, planned as the planner
   //     plans them (party_plan): direct wins at the first member that reaches it.
   // A rank is in at most one party of each module, so its total is its share of its source party's
   // rows plus its relays; a rank in no receiving party sends at most ceil(rows / k) of its party's.
   bool exact_relay_sends_less(std::int64_t direct_hi) {
     const std::int64_t m = pd_.party_size(), k = ps_.party_size();
-    const int receivers = pd_.num_parties();
+    const int stride = pd_.member_stride();
     held_.assign(static_cast<std::size_t>(ps_.num_parties()), {0, 0});
     holders_counted_ = false;
-    overlaps_.clear();
-    received_.clear();
+    received_.assign(static_cast<std::size_t>(pd_.num_parties()), Received{});
     std::vector<int>& member = member_parties_;
-    for (int pi = 0; pi < receivers; ++pi) {
+    bool direct_wins = false;
+    pd_.for_each_party([&](int pi, int c, int t, int first) {
+      if (direct_wins) return;
       member.clear();
-      pd_.for_each_member(pi, [&](int r) { member.push_back(ps_.party_of_rank_cached(r)); });
-      std::int64_t pooled = 0, rows = 0;
-      const std::size_t first = overlaps_.size();
-      for (const int* s = pd_.samples_begin(pi); s != pd_.samples_end(pi); ++s) {
-        pd_.for_each_range(pi, *s, [&](RowRange want) {
-          for_each_holder(*s, want, [&](int q, RowRange o) {
-            const std::int64_t holding = std::count(member.begin(), member.end(), q), n = o.size();
-            held_[q].second += n * (m - holding);
-            if (holding < m) held_[q].first += n;
-            if (holding == 0) pooled += n;
-            rows += n;
-            overlaps_.push_back(Overlap{q, n});
-          });
-        });
+      for (int j = 0; j < m; ++j) member.push_back(ps_.party_of_rank_cached(first + j * stride));
+      Received& p = received_[pi];
+      std::int64_t pooled = 0;
+      Int128 relays = 0;
+      for_each_overlap(pi, c, t, [&](int q, std::int64_t n) {
+        const std::int64_t lacking = m - std::count(member.begin(), member.end(), q);
+        held_[q].second += n * lacking;
+        if (lacking > 0) held_[q].first += n;
+        p.rows += n;
+        if (lacking == m) {
+          pooled += n;
+        } else if (lacking > 1) {
+          relays += Int128{n} * (lacking - 1);
+          p.fewest = std::min(p.fewest, lacking);
+          ++p.steps;
+        }
+      });
+      if (pooled > 0) {
+        direct_wins = ceil_div(pooled * (m - 1), m) >= direct_hi;
+        relays += Int128{pooled} * (m - 1);
+        p.fewest = std::min(p.fewest, m);
+        ++p.steps;
       }
-      if (pooled > 0 && ceil_div(pooled * (m - 1), m) >= direct_hi) return false;
-      const bool colocated = std::any_of(member.begin(), member.end(), [](int q) { return q >= 0; });
-      if (!colocated) overlaps_.resize(first);  // settled by pooled_relay_rows(rows, m)
-      received_.push_back(Received{overlaps_.size(), colocated ? -1 : rows});
-    }
+      p.relays = relays > INT64_MAX ? -1 : static_cast<std::int64_t>(relays);
+      p.colocated = std::any_of(member.begin(), member.end(), [](int q) { return q >= 0; });
+    });
+    if (direct_wins) return false;
     holders_counted_ = true;
+    auto share = [k](std::int64_t rows) { return k == 1 ? rows : ceil_div(rows, k); };
     std::int64_t direct_most = 0, relay_most = 0;
     for (const auto& [relay, direct] : held_) {
-      direct_most = std::max(direct_most, ceil_div(direct, k));
-      relay_most = std::max(relay_most, ceil_div(relay, k));
+      direct_most = std::max(direct_most, share(direct));
+      relay_most = std::max(relay_most, share(relay));
     }
     if (relay_most >= direct_most) return false;
     std::vector<std::pair<std::int64_t, int>> open;  // (-bound, party)
-    std::size_t next = 0;
-    for (int pi = 0; pi < receivers; ++pi) {
+    pd_.for_each_party([&](int pi, int c, int t, int first) {
       const Received& p = received_[pi];
-      if (p.pooled_rows >= 0) {
-        if (pooled_relay_rows(p.pooled_rows, m) >= direct_most) return false;
-        continue;
+      if (direct_wins) return;
+      if (!p.colocated) {
+        direct_wins = pooled_relay_rows(p.rows, m) >= direct_most;
+        return;
       }
+      Int128 loads = 0;
+      std::int64_t highest = 0;
+      for (int j = 0; j < m; ++j) {
+        const int q = ps_.party_of_rank_cached(first + j * stride);
+        const std::int64_t load = q < 0 ? 0 : share(held_[q].first);
+        loads += load;
+        highest = std::max(highest, load);
+      }
+      if (p.relays >= 0 && sum_bound(highest, loads + p.relays, p.fewest, p.steps, m) < direct_most) return;
       bound_.start();
-      pd_.for_each_member(pi, [&](int r) {
-        const int q = ps_.party_of_rank_cached(r);
-        bound_.add_member(q, q < 0 ? 0 : ceil_div(held_[q].first, k));
-      });
-      for (; next < p.end; ++next) bound_.overlap(overlaps_[next].party, overlaps_[next].rows);
+      for (int j = 0; j < m; ++j) {
+        const int q = ps_.party_of_rank_cached(first + j * stride);
+        bound_.add_member(q, q < 0 ? 0 : share(held_[q].first));
+      }
+      for_each_overlap(pi, c, t, [&](int q, std::int64_t n) { bound_.overlap(q, n); });
       const std::int64_t most = bound_.finish();
       if (most >= direct_most) open.emplace_back(-most, pi);
-    }
+    });
+    if (direct_wins) return false;
     std::sort(open.begin(), open.end());
     for (const auto& [minus_bound, pi] : open) {
       const Party& P = pd_.party(pi);
@@ -781,6 +848,56 @@ class RankPlanBuilder {
       }
     }
     return true;
+  }
+
+  // An upper bound on max_j (load_j + sends_j) over a relayed party's m members after relay_pieces,
+  // from totals: `highest` the largest load, `total` the sum of every load and relay (each row
+  // relay_pieces deals to one of u lacking members costs u - 1), `steps` the fills (overlaps
+  // lacked by u >= 2 members, and the pool), `fewest` the smallest such u. Proof: a fill among u
+  // members lifts their levels l_x = floor(T_x / (u - 1)), T_x = sends_x + load_x, to at most
+  // max(l_x, lo) with lo <= max(max l, ceil((sum l + z) / u)) (z rows), and keeps T_x mod (u - 1).
+  // In the first case a member ends at most V + u - 2, V the highest T before the fill; in the
+  // second at most (u - 1) (sum l + z) / u + (u - 1)^2 / u + u - 2 < S / u + 2u - 3, S the lacking
+  // members' sum after the fill (sum l <= sum T / (u - 1)), itself <= total. So after each fill every
+  // member is at most max(V + m - 2, total / fewest + 2m - 3), and after all of them at most
+  // max(highest, ceil(total / fewest) + 2m - 3) + steps (m - 2). Chains only lower the busiest member.
+  static std::int64_t sum_bound(std::int64_t highest, Int128 total, std::int64_t fewest, std::int64_t steps, std::int64_t m) {
+    if (steps == 0) return highest;
+    const Int128 spread = total <= INT64_MAX - fewest ? ceil_div(static_cast<std::int64_t>(total), fewest)  // 128-bit division is slow
+                                                       : (total + fewest - 1) / fewest;
+    const Int128 bound = std::max<Int128>(highest, spread + 2 * m - 3) + Int128{steps} * (m - 2);
+    return bound > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(bound);
+  }
+
+  // Calls f(source party, rows) for each overlap of receiving party pi's kept ranges (cp c, tp t) with the
+  // source parties holding them, in relay_pieces' order: its samples, its ranges, the holders
+  // ascending, their ranges. In an image-only layout every range has a closed form (stored_rows),
+  // so no party is built and the parties' coordinates are decoded once, not per sample.
+  template <class F>
+  void for_each_overlap(int pi, int c, int t, F&& f) {
+    if (ps_.combined() || pd_.combined()) {
+      for (const int* s = pd_.samples_begin(pi); s != pd_.samples_end(pi); ++s) {
+        pd_.for_each_range(pi, *s, [&](RowRange want) { for_each_holder(*s, want, [&](int q, RowRange o) { f(q, o.size()); }); });
+      }
+      return;
+    }
+    const int cps = ps_.module().cp(), per_cp = ps_.per_cp();
+    RowRange want[2], have[2];
+    for (const int* s = pd_.samples_begin(pi); s != pd_.samples_end(pi); ++s) {
+      const int wants = pd_.stored_ranges(*s, c, t, want);
+      for (int i = 0; i < wants; ++i) {
+        int q = ps_.replica_of(*s) * ps_.parties_per_replica();
+        for (int sc = 0; sc < cps; ++sc) {
+          for (int st = 0; st < per_cp; ++st, ++q) {
+            const int haves = ps_.stored_ranges(*s, sc, st, have);
+            for (int j = 0; j < haves; ++j) {
+              const std::int64_t n = std::min(want[i].end, have[j].end) - std::max(want[i].begin, have[j].begin);
+              if (n > 0) f(q, n);
+            }
+          }
+        }
+      }
+    }
   }
 
   // Rank r's part of its source party's rows as a holder under scatter_allgather: the cut gives
@@ -804,19 +921,15 @@ class RankPlanBuilder {
   RankPlan out_;
   std::vector<Demand> stream_;
   // exact_relay_sends_less's counts: per source party (relay, direct) rows as a holder, complete
-  // once holders_counted_; per receiving party its overlaps (in relay_pieces' order) or, where no
-  // member holds rows, its kept rows.
-  struct Overlap {
-    int party;
-    std::int64_t rows;
-  };
+  // once holders_counted_; per receiving party its totals.
   struct Received {
-    std::size_t end;          // its overlaps end here in overlaps_ (they start where the last party's end)
-    std::int64_t pooled_rows;  // -1: some member holds rows
+    std::int64_t rows = 0;    // kept
+    std::int64_t relays = 0;  // sum_bound's: every row dealt to u lacking members, times u - 1 (-1: beyond 64 bits)
+    std::int64_t fewest = INT64_MAX, steps = 0;
+    bool colocated = false;  // some member is in a source party
   };
   std::vector<std::pair<std::int64_t, std::int64_t>> held_;
   bool holders_counted_ = false;
-  std::vector<Overlap> overlaps_;
   std::vector<Received> received_;
   std::vector<int> member_parties_;
   RelayBound bound_;
