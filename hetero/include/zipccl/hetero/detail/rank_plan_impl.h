@@ -310,6 +310,25 @@ inline std::int64_t water_level(std::vector<std::int64_t>& levels, std::int64_t 
   }
 }
 
+// An upper bound on max_j (load_j + sends_j) over a relayed party's m members after relay_pieces,
+// from totals: `highest` the largest load, `total` the sum of every load and relay (each row
+// relay_pieces deals to one of u lacking members costs u - 1), `steps` the fills (overlaps
+// lacked by u >= 2 members, and the pool), `fewest` the smallest such u. Proof: a fill among u
+// members lifts their levels l_x = floor(T_x / (u - 1)), T_x = sends_x + load_x, to at most
+// max(l_x, lo) with lo <= max(max l, ceil((sum l + z) / u)) (z rows), and keeps T_x mod (u - 1).
+// In the first case a member ends at most V + u - 2, V the highest T before the fill; in the
+// second at most (u - 1) (sum l + z) / u + (u - 1)^2 / u + u - 2 < S / u + 2u - 3, S the lacking
+// members' sum after the fill (sum l <= sum T / (u - 1)), itself <= total. So after each fill every
+// member is at most max(V + m - 2, total / fewest + 2m - 3), and after all of them at most
+// max(highest, ceil(total / fewest) + 2m - 3) + steps (m - 2). Chains only lower the busiest member.
+inline std::int64_t relay_sum_bound(std::int64_t highest, Int128 total, std::int64_t fewest, std::int64_t steps, std::int64_t m) {
+  if (steps == 0) return highest;
+  const Int128 spread = total <= INT64_MAX - fewest ? ceil_div(static_cast<std::int64_t>(total), fewest)  // 128-bit division is slow
+                                                     : (total + fewest - 1) / fewest;
+  const Int128 bound = std::max<Int128>(highest, spread + 2 * m - 3) + Int128{steps} * (m - 2);
+  return bound > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(bound);
+}
+
 // An upper bound on max_j (load_j + sends_j) over the members of one relayed party after
 // relay_pieces (planner.h), from the party's overlaps alone: no pieces, no Party. The proof, step by
 // step as relay_pieces goes (T_x = sends_x + load_x):
@@ -760,7 +779,7 @@ class RankPlanBuilder {
   //     direct wins at once.
   //  2. direct's busiest sender, and under scatter_allgather an upper bound on each party's busiest
   //     member: pooled_relay_rows where no member holds rows (exact: the pool is all, no holder
-  //     load); else sum_bound from its totals, then RelayBound from its overlaps where that is not
+  //     load); else relay_sum_bound from its totals, then RelayBound from its overlaps where that is not
   //     below direct's figure.
   //  3. The parties whose RelayBound reaches direct's figure, highest first, planned as the planner
   //     plans them (party_plan): direct wins at the first member that reaches it.
@@ -828,7 +847,7 @@ class RankPlanBuilder {
         loads += load;
         highest = std::max(highest, load);
       }
-      if (p.relays >= 0 && sum_bound(highest, loads + p.relays, p.fewest, p.steps, m) < direct_most) return;
+      if (p.relays >= 0 && relay_sum_bound(highest, loads + p.relays, p.fewest, p.steps, m) < direct_most) return;
       bound_.start();
       for (int j = 0; j < m; ++j) {
         const int q = ps_.party_of_rank_cached(first + j * stride);
@@ -848,25 +867,6 @@ class RankPlanBuilder {
       }
     }
     return true;
-  }
-
-  // An upper bound on max_j (load_j + sends_j) over a relayed party's m members after relay_pieces,
-  // from totals: `highest` the largest load, `total` the sum of every load and relay (each row
-  // relay_pieces deals to one of u lacking members costs u - 1), `steps` the fills (overlaps
-  // lacked by u >= 2 members, and the pool), `fewest` the smallest such u. Proof: a fill among u
-  // members lifts their levels l_x = floor(T_x / (u - 1)), T_x = sends_x + load_x, to at most
-  // max(l_x, lo) with lo <= max(max l, ceil((sum l + z) / u)) (z rows), and keeps T_x mod (u - 1).
-  // In the first case a member ends at most V + u - 2, V the highest T before the fill; in the
-  // second at most (u - 1) (sum l + z) / u + (u - 1)^2 / u + u - 2 < S / u + 2u - 3, S the lacking
-  // members' sum after the fill (sum l <= sum T / (u - 1)), itself <= total. So after each fill every
-  // member is at most max(V + m - 2, total / fewest + 2m - 3), and after all of them at most
-  // max(highest, ceil(total / fewest) + 2m - 3) + steps (m - 2). Chains only lower the busiest member.
-  static std::int64_t sum_bound(std::int64_t highest, Int128 total, std::int64_t fewest, std::int64_t steps, std::int64_t m) {
-    if (steps == 0) return highest;
-    const Int128 spread = total <= INT64_MAX - fewest ? ceil_div(static_cast<std::int64_t>(total), fewest)  // 128-bit division is slow
-                                                       : (total + fewest - 1) / fewest;
-    const Int128 bound = std::max<Int128>(highest, spread + 2 * m - 3) + Int128{steps} * (m - 2);
-    return bound > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(bound);
   }
 
   // Calls f(source party, rows) for each overlap of receiving party pi's kept ranges (cp c, tp t) with the
@@ -924,7 +924,7 @@ class RankPlanBuilder {
   // once holders_counted_; per receiving party its totals.
   struct Received {
     std::int64_t rows = 0;    // kept
-    std::int64_t relays = 0;  // sum_bound's: every row dealt to u lacking members, times u - 1 (-1: beyond 64 bits)
+    std::int64_t relays = 0;  // relay_sum_bound's: every row dealt to u lacking members, times u - 1 (-1: beyond 64 bits)
     std::int64_t fewest = INT64_MAX, steps = 0;
     bool colocated = false;  // some member is in a source party
   };
