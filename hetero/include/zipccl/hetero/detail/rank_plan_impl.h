@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <iterator>
 #include <string>
@@ -79,13 +80,13 @@ class LazyPlacement {
     if (!m_.contains(rank)) return -1;
     if (party_by_rank_.empty()) {
       party_by_rank_.assign(static_cast<std::size_t>(m_.num_ranks()), -1);
-      const int stage = m_.boundary_stage() * m_.stride(Dim::pp);
+      const int stage = m_.boundary_stage() * m_.stride(Dim::pp), tp = m_.tp(), tp_stride = m_.stride(Dim::tp);
+      const int sp = m_.sequence_parallel();
+      int index = 0;  // party_index(d, c, 0)
       for (int d = 0; d < m_.dp(); ++d) {
-        for (int c = 0; c < m_.cp(); ++c) {
-          const int base = stage + d * m_.stride(Dim::dp) + c * m_.stride(Dim::cp);
-          for (int t = 0; t < m_.tp(); ++t) {
-            party_by_rank_[base + t * m_.stride(Dim::tp)] = party_index(d, c, m_.sequence_parallel() ? t : 0);
-          }
+        for (int c = 0; c < m_.cp(); ++c, index += per_cp_) {
+          int* base = party_by_rank_.data() + stage + d * m_.stride(Dim::dp) + c * m_.stride(Dim::cp);
+          for (int t = 0; t < tp; ++t) base[t * tp_stride] = index + sp * t;
         }
       }
     }
@@ -786,7 +787,8 @@ class RankPlanBuilder {
   // A rank is in at most one party of each module, so its total is its share of its source party's
   // rows plus its relays; a rank in no receiving party sends at most ceil(rows / k) of its party's.
   bool exact_relay_sends_less(std::int64_t direct_hi) {
-    const std::int64_t m = pd_.party_size(), k = ps_.party_size();
+    const int m = pd_.party_size();
+    const std::int64_t k = ps_.party_size();
     const int stride = pd_.member_stride();
     held_.assign(static_cast<std::size_t>(ps_.num_parties()), {0, 0});
     holders_counted_ = false;
@@ -798,13 +800,13 @@ class RankPlanBuilder {
       member.clear();
       for (int j = 0; j < m; ++j) member.push_back(ps_.party_of_rank_cached(first + j * stride));
       Received& p = received_[pi];
-      std::int64_t pooled = 0;
+      std::int64_t pooled = 0, rows = 0;
       Int128 relays = 0;
       for_each_overlap(pi, c, t, [&](int q, std::int64_t n) {
-        const std::int64_t lacking = m - std::count(member.begin(), member.end(), q);
+        const int lacking = m - static_cast<int>(std::count(member.begin(), member.end(), q));
         held_[q].second += n * lacking;
         if (lacking > 0) held_[q].first += n;
-        p.rows += n;
+        rows += n;
         if (lacking == m) {
           pooled += n;
         } else if (lacking > 1) {
@@ -819,8 +821,8 @@ class RankPlanBuilder {
         p.fewest = std::min(p.fewest, m);
         ++p.steps;
       }
-      p.relays = relays > INT64_MAX ? -1 : static_cast<std::int64_t>(relays);
       p.colocated = std::any_of(member.begin(), member.end(), [](int q) { return q >= 0; });
+      p.rows_or_relays = !p.colocated ? rows : relays > INT64_MAX ? -1 : static_cast<std::int64_t>(relays);
     });
     if (direct_wins) return false;
     holders_counted_ = true;
@@ -836,7 +838,7 @@ class RankPlanBuilder {
       const Received& p = received_[pi];
       if (direct_wins) return;
       if (!p.colocated) {
-        direct_wins = pooled_relay_rows(p.rows, m) >= direct_most;
+        direct_wins = pooled_relay_rows(p.rows_or_relays, m) >= direct_most;
         return;
       }
       Int128 loads = 0;
@@ -847,7 +849,9 @@ class RankPlanBuilder {
         loads += load;
         highest = std::max(highest, load);
       }
-      if (p.relays >= 0 && relay_sum_bound(highest, loads + p.relays, p.fewest, p.steps, m) < direct_most) return;
+      if (p.rows_or_relays >= 0 && relay_sum_bound(highest, loads + p.rows_or_relays, p.fewest, p.steps, m) < direct_most) {
+        return;
+      }
       bound_.start();
       for (int j = 0; j < m; ++j) {
         const int q = ps_.party_of_rank_cached(first + j * stride);
@@ -923,10 +927,12 @@ class RankPlanBuilder {
   // exact_relay_sends_less's counts: per source party (relay, direct) rows as a holder, complete
   // once holders_counted_; per receiving party its totals.
   struct Received {
-    std::int64_t rows = 0;    // kept
-    std::int64_t relays = 0;  // relay_sum_bound's: every row dealt to u lacking members, times u - 1 (-1: beyond 64 bits)
-    std::int64_t fewest = INT64_MAX, steps = 0;
-    bool colocated = false;  // some member is in a source party
+    // Where some member is in a source party, relay_sum_bound's total of relays: every row dealt to u
+    // lacking members, times u - 1 (-1: beyond 64 bits); else the rows it keeps.
+    std::int64_t rows_or_relays = 0;
+    std::int64_t steps = 0;
+    int fewest = INT_MAX;  // relay_sum_bound's, at most m
+    bool colocated = false;
   };
   std::vector<std::pair<std::int64_t, std::int64_t>> held_;
   bool holders_counted_ = false;
