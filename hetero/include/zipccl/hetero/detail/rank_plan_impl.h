@@ -95,9 +95,9 @@ class LazyPlacement {
   int party_size() const { return m_.sequence_parallel() ? 1 : m_.tp(); }
   // Parties per (replica, cp): tp with sequence parallelism, else 1.
   int per_cp() const { return per_cp_; }
-  // Calls f(index, c, t, first) for every party in index order: its cp and tp coordinates (tp 0
-  // without sequence parallelism) and its first member's rank, the others following member_stride()
-  // apart - without the divisions that decoding each index costs.
+  // Calls f(index, d, c, t, first) for every party in index order: its replica, cp and tp coordinates
+  // (tp 0 without sequence parallelism) and its first member's rank, the others following
+  // member_stride() apart - without the divisions that decoding each index costs.
   template <class F>
   void for_each_party(F&& f) const {
     const int sp = m_.sequence_parallel(), stage = m_.first_rank() + m_.boundary_stage() * m_.stride(Dim::pp);
@@ -105,7 +105,7 @@ class LazyPlacement {
     for (int d = 0; d < m_.dp(); ++d) {
       for (int c = 0; c < m_.cp(); ++c) {
         const int base = stage + d * m_.stride(Dim::dp) + c * m_.stride(Dim::cp);
-        for (int t = 0; t < per_cp_; ++t) f(index++, c, t, base + sp * t * m_.stride(Dim::tp));
+        for (int t = 0; t < per_cp_; ++t) f(index++, d, c, t, base + sp * t * m_.stride(Dim::tp));
       }
     }
   }
@@ -124,6 +124,9 @@ class LazyPlacement {
   // The samples of party `index` (its replica's), ascending.
   const int* samples_begin(int index) const { return by_replica_.data() + first_[replica_of_party(index)]; }
   const int* samples_end(int index) const { return by_replica_.data() + first_[replica_of_party(index) + 1]; }
+  // The samples of replica d, ascending.
+  const int* replica_begin(int d) const { return by_replica_.data() + first_[d]; }
+  const int* replica_end(int d) const { return by_replica_.data() + first_[d + 1]; }
   // Calls f(range) for each range of sample s (of its replica) that party `index` keeps, as
   // party(index) lists them. An image-only layout has them in closed form (stored_rows), so the
   // party is not built; the LLM's combined input depends on the whole replica's packing.
@@ -795,14 +798,14 @@ class RankPlanBuilder {
     received_.assign(static_cast<std::size_t>(pd_.num_parties()), Received{});
     std::vector<int>& member = member_parties_;
     bool direct_wins = false;
-    pd_.for_each_party([&](int pi, int c, int t, int first) {
+    pd_.for_each_party([&](int pi, int d, int c, int t, int first) {
       if (direct_wins) return;
       member.clear();
       for (int j = 0; j < m; ++j) member.push_back(ps_.party_of_rank_cached(first + j * stride));
       Received& p = received_[pi];
       std::int64_t pooled = 0, rows = 0;
       Int128 relays = 0;
-      for_each_overlap(pi, c, t, [&](int q, std::int64_t n) {
+      for_each_overlap(pi, d, c, t, [&](int q, std::int64_t n) {
         const int lacking = m - static_cast<int>(std::count(member.begin(), member.end(), q));
         held_[q].second += n * lacking;
         if (lacking > 0) held_[q].first += n;
@@ -834,7 +837,7 @@ class RankPlanBuilder {
     }
     if (relay_most >= direct_most) return false;
     std::vector<std::pair<std::int64_t, int>> open;  // (-bound, party)
-    pd_.for_each_party([&](int pi, int c, int t, int first) {
+    pd_.for_each_party([&](int pi, int d, int c, int t, int first) {
       const Received& p = received_[pi];
       if (direct_wins) return;
       if (!p.colocated) {
@@ -857,7 +860,7 @@ class RankPlanBuilder {
         const int q = ps_.party_of_rank_cached(first + j * stride);
         bound_.add_member(q, q < 0 ? 0 : share(held_[q].first));
       }
-      for_each_overlap(pi, c, t, [&](int q, std::int64_t n) { bound_.overlap(q, n); });
+      for_each_overlap(pi, d, c, t, [&](int q, std::int64_t n) { bound_.overlap(q, n); });
       const std::int64_t most = bound_.finish();
       if (most >= direct_most) open.emplace_back(-most, pi);
     });
@@ -873,21 +876,22 @@ class RankPlanBuilder {
     return true;
   }
 
-  // Calls f(source party, rows) for each overlap of receiving party pi's kept ranges (cp c, tp t) with the
+  // Calls f(source party, rows) for each overlap of receiving party pi's kept ranges (replica d, cp c, tp t) with the
   // source parties holding them, in relay_pieces' order: its samples, its ranges, the holders
   // ascending, their ranges. In an image-only layout every range has a closed form (stored_rows),
   // so no party is built and the parties' coordinates are decoded once, not per sample.
   template <class F>
-  void for_each_overlap(int pi, int c, int t, F&& f) {
+  void for_each_overlap(int pi, int d, int c, int t, F&& f) {
+    const int *begin = pd_.replica_begin(d), *end = pd_.replica_end(d);
     if (ps_.combined() || pd_.combined()) {
-      for (const int* s = pd_.samples_begin(pi); s != pd_.samples_end(pi); ++s) {
+      for (const int* s = begin; s != end; ++s) {
         pd_.for_each_range(pi, *s, [&](RowRange want) { for_each_holder(*s, want, [&](int q, RowRange o) { f(q, o.size()); }); });
       }
       return;
     }
     const int cps = ps_.module().cp(), per_cp = ps_.per_cp();
     RowRange want[2], have[2];
-    for (const int* s = pd_.samples_begin(pi); s != pd_.samples_end(pi); ++s) {
+    for (const int* s = begin; s != end; ++s) {
       const int wants = pd_.stored_ranges(*s, c, t, want);
       for (int i = 0; i < wants; ++i) {
         int q = ps_.replica_of(*s) * ps_.parties_per_replica();
