@@ -334,22 +334,32 @@ inline std::int64_t relay_sum_bound(std::int64_t highest, Int128 total, std::int
 }
 
 // An upper bound on max_j (load_j + sends_j) over the members of one relayed party after
-// relay_pieces (planner.h), from the party's overlaps alone: no pieces, no Party. The proof, step by
-// step as relay_pieces goes (T_x = sends_x + load_x):
-//  - An overlap (q, z rows) goes to the u members lacking it (source party not q). u = m: pooled,
-//    dealt last over all m members as a step with u = m; u = 1: that member copies it, no relay;
-//    u = 0: every member copies it.
-//  - Otherwise water_fill is given levels l_x = floor(T_x / (u - 1)) and each row it deals x adds
-//    u - 1 to T_x, so exactly 1 to l_x. With lo its level (water_level), a member with l_x >= lo
-//    gets nothing and the others end at level lo - 1 or lo, keeping T_x mod (u - 1): afterwards each
-//    lacking member has T_x unchanged or at most (u - 1) lo + u - 2.
-//  - lo is non-decreasing in every l_x. So the same steps run on upper bounds T^_x >= T_x - lo^
-//    from floor(T^_x / (u - 1)), then T^_x = max(T^_x, (u - 1) lo^ + u - 2) for each lacking member -
-//    keep T^ >= T, starting from any upper bounds on the loads.
+// relay_pieces (planner.h), from the party's overlaps alone: no pieces, no Party. It runs
+// relay_pieces' steps on upper bounds T^_x >= T_x = sends_x + load_x (any upper bounds on the loads
+// will do to start), and on M^ >= max_x T_x, which every T^_x is then capped at. The proof:
+//  - An overlap (q, z rows) goes to the u members lacking it (source party not q); the others hold
+//    it. u = m: pooled, dealt last over all m members as a plain step with u = m; u = 1: that
+//    member copies it, no relay; u = 0: every member copies it. Each row costs u - 1 sends,
+//    whichever member sends them.
+//  - Plain step (plain_pieces): water_fill is given levels l_x = floor(T_x / (u - 1)) of the
+//    lacking members, and each row it deals x adds u - 1 to T_x, exactly 1 to l_x. With lo its level
+//    (water_level), a member with l_x >= lo gets nothing and the others end at level lo - 1 or lo,
+//    keeping T_x mod (u - 1): each lacking member ends with T_x unchanged or at most
+//    (u - 1) lo + u - 2, the holding members unchanged. lo is non-decreasing in every l_x, so lo^
+//    from floor(T^_x / (u - 1)) gives per-member bounds P_x, and P = max_x P_x >= the plain step's
+//    busiest member.
+//  - Helped step (helped_pieces, for 2 <= u < m): water_fill over all m members' T with z (u - 1)
+//    units, level lo_h (<= lo_h^ from T^). A lacking member enters whole rows within its cap, so
+//    ends at most max(T_x, lo_h); the helpers take the rest within their caps, but for what rounding
+//    leaves - the units lacking members could not use (at most u - 2 each) and the helpers' last
+//    rooms (under u - 1 each): at most m (u - 2) units - which one helper takes whole. So each
+//    member ends at most H_x = max(T^_x, lo_h^), plus m (u - 2) for a holding one.
+//  - relay_pieces keeps the helped step only where its busiest member is below the plain step's
+//    (<= P), so afterwards T_x <= max(P_x, min(H_x, P - 1)) and max_x T_x <= min(P, max_x H_x).
 //  - chain_wins swaps in chains only where they lower max_j (load_j + sends_j): the bound holds.
-// It is not exact (it ignores which lacking members the fill reaches): a party whose bound reaches
-// direct's figure is planned exactly. RankPlanBuilder::shared_relay_sends_less uses it; the test
-// RelayBoundCoversRelayPieces checks it against relay_pieces.
+// It is not exact (it does not know which members the fills reach, nor which step is kept): a party
+// whose bound reaches direct's figure is planned exactly. The test RelayBoundsCoverRelayPieces
+// checks it against relay_pieces.
 class RelayBound {
  public:
   void start() {
@@ -368,36 +378,61 @@ class RelayBound {
     for (std::size_t j = 0; j < party_.size(); ++j) {
       if (party_[j] != q) who_.push_back(static_cast<int>(j));
     }
-    if (who_.size() == party_.size()) {
+    const std::int64_t m = static_cast<std::int64_t>(party_.size()), u = static_cast<std::int64_t>(who_.size());
+    if (u == m) {
       pooled_ += rows;
-    } else if (who_.size() > 1) {
-      raise(static_cast<std::int64_t>(who_.size()) - 1, rows);
+      return;
     }
+    if (u < 2) return;
+    plain_ = t_;
+    const std::int64_t plain = plain_step(u - 1, rows);
+    std::int64_t units = 0;
+    if (__builtin_mul_overflow(rows, u - 1, &units)) {  // no bound on the helped step: keep the plain one's
+      t_.swap(plain_);
+      return;
+    }
+    levels_ = t_;
+    const std::int64_t lo = water_level(levels_, units), slack = m * (u - 2);
+    std::int64_t helped = 0;
+    for (std::size_t x = 0; x < t_.size(); ++x) {
+      helped_[x] = saturated_add(std::max(t_[x], lo), party_[x] == q ? slack : 0);
+      helped = std::max(helped, helped_[x]);
+    }
+    const std::int64_t most = std::min(plain, helped);
+    for (std::size_t x = 0; x < t_.size(); ++x) t_[x] = std::min(most, std::max(plain_[x], std::min(helped_[x], plain - 1)));
   }
   // The bound, once every overlap is in (the pool is dealt here, as relay_pieces deals it last).
   std::int64_t finish() {
     if (pooled_ > 0 && party_.size() > 1) {
       who_.resize(party_.size());
       for (std::size_t j = 0; j < who_.size(); ++j) who_[j] = static_cast<int>(j);
-      raise(static_cast<std::int64_t>(party_.size()) - 1, pooled_);
+      plain_ = t_;
+      plain_step(static_cast<std::int64_t>(party_.size()) - 1, pooled_);
+      t_.swap(plain_);
     }
     return t_.empty() ? 0 : *std::max_element(t_.begin(), t_.end());
   }
 
  private:
-  // One water_fill over the members in who_, each row costing `per_row` sends.
-  void raise(std::int64_t per_row, std::int64_t rows) {
+  static std::int64_t saturated_add(std::int64_t a, std::int64_t b) {
+    std::int64_t out = 0;
+    return __builtin_add_overflow(a, b, &out) ? INT64_MAX : out;
+  }
+  // The plain step over the members in who_, each row costing `per_row` sends, into plain_ (which
+  // starts as t_); returns its busiest member's bound. Also sizes helped_.
+  std::int64_t plain_step(std::int64_t per_row, std::int64_t rows) {
     levels_.clear();
     for (int j : who_) levels_.push_back(t_[j] / per_row);
-    std::int64_t top = 0;  // (u - 1) lo^ + u - 2, saturated
-    if (__builtin_mul_overflow(water_level(levels_, rows), per_row, &top) || __builtin_add_overflow(top, per_row - 1, &top)) {
-      top = INT64_MAX;
-    }
-    for (int j : who_) t_[j] = std::max(t_[j], top);
+    std::int64_t top = 0;  // (u - 1) lo^ + u - 2
+    if (__builtin_mul_overflow(water_level(levels_, rows), per_row, &top)) top = INT64_MAX;
+    top = saturated_add(top, per_row - 1);
+    for (int j : who_) plain_[j] = std::max(plain_[j], top);
+    helped_.resize(t_.size());
+    return *std::max_element(plain_.begin(), plain_.end());
   }
 
   std::vector<int> party_, who_;
-  std::vector<std::int64_t> t_, levels_;
+  std::vector<std::int64_t> t_, plain_, helped_, levels_;
   std::int64_t pooled_ = 0;
 };
 
