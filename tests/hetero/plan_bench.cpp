@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   }
   {
     // Issue 22's 8-GPU hot spot grown: its tokens repeated, then 64-2,500 tokens drawn per sample
-    // (the relay wins by less there, so automatic counts every party).
+    // (the relay wins by less there: 7,234 rows against 7,500, so automatic counts every party).
     LayoutSpec spec;
     spec.world_size = 16384;
     spec.llm = parse_module_spec("name=llm,tp=4");
@@ -140,6 +140,11 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(22);
     for (auto& t : batch.tokens) t = 64 + static_cast<std::int64_t>(rng() % 2437);
     run("same, 64-2,500 tokens per sample (uniform, seed 22)", spec, batch, sampled);
+    // The near tie: one LLM party's four samples near the largest, so its relay sends 7,501 rows
+    // against direct's 7,500 (automatic counts every party, then plans that one exactly).
+    batch.tokens[4000] = batch.tokens[4001] = batch.tokens[4002] = 2500;
+    batch.tokens[4003] = 2499;
+    run("same, samples 4000-4003 of 2,500, 2,500, 2,500, 2,499 tokens (direct wins by one row)", spec, batch, sampled);
   }
   return 0;
 }
