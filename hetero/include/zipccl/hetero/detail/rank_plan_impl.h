@@ -322,8 +322,10 @@ inline std::int64_t water_level(std::vector<std::int64_t>& levels, std::int64_t 
 // max(l_x, lo) with lo <= max(max l, ceil((sum l + z) / u)) (z rows), and keeps T_x mod (u - 1).
 // In the first case a member ends at most V + u - 2, V the highest T before the fill; in the
 // second at most (u - 1) (sum l + z) / u + (u - 1)^2 / u + u - 2 < S / u + 2u - 3, S the lacking
-// members' sum after the fill (sum l <= sum T / (u - 1)), itself <= total. So after each fill every
-// member is at most max(V + m - 2, total / fewest + 2m - 3), and after all of them at most
+// members' sum after the fill (sum l <= sum T / (u - 1)), itself <= total. relay_pieces keeps the
+// helped cut of a step instead only where its busiest member is lower, and each row costs u - 1
+// sends there too, so the same holds for the step it keeps. So after each fill every member is at
+// most max(V + m - 2, total / fewest + 2m - 3), and after all of them at most
 // max(highest, ceil(total / fewest) + 2m - 3) + steps (m - 2). Chains only lower the busiest member.
 inline std::int64_t relay_sum_bound(std::int64_t highest, Int128 total, std::int64_t fewest, std::int64_t steps, std::int64_t m) {
   if (steps == 0) return highest;
@@ -574,7 +576,8 @@ class RankPlanBuilder {
   };
 
   // Rows source party q lets out in phase 0 (Planner::estimate_source_load's per-party figure), or
-  // with direct = true what it would send under the direct strategy.
+  // with direct = true what it would send under the direct strategy. Once exact_relay_sends_less
+  // has counted every party's, from its count.
   std::int64_t holder_rows(int q, bool direct) {
     if (holders_counted_) return direct ? held_[q].second : held_[q].first;
     auto it = holder_rows_.find(q);
@@ -758,8 +761,9 @@ class RankPlanBuilder {
   //    s + l before it and W = sum of l + s at the end <= m ceil(A / k) + B (m - 1). With N steps
   //    (at most 2 ranges of P times 2 p + 2 overlaps per sample, p source parties per replica, plus
   //    the pool), every rank sends at most max(ceil(A / k), ceil(W / u') + 2m - 3) + N (m - 2) rows;
-  //    below direct's figure, that settles scatter_allgather. A party chains only where that lowers
-  //    its busiest member, so the star's bound holds for it too.
+  //    below direct's figure, that settles scatter_allgather. A party keeps a helped cut only where
+  //    it lowers that step's busiest member, and chains only where that lowers its busiest member,
+  //    so the plain star's bound holds for both.
   bool world_relay_sends_less() {
     if (row_bytes_ == 0) return false;  // both send nothing: ties go to direct
     const std::int64_t m = pd_.party_size(), k = ps_.party_size();
