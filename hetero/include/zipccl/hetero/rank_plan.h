@@ -16,12 +16,12 @@
 // holders, so the phase-0 totals of those members' source parties are computed too (each once).
 // automatic needs to know which strategy's busiest sender (over the world) sends less. It decides
 // from bounds on the most rows any party keeps - exact and O(samples x cp) for image-only layouts,
-// O(samples) bounds for the LLM's combined input - and, where the modules share ranks, from lower
-// and upper bounds on what a receiving party's members relay (O(members) per party tried); only
-// where those leave the answer open (colocated layouts where the two strategies come close) does it
-// count every party's loads exactly (colocated parties through their demands, near the world
-// planner's cost). A receiving party of one rank is planned alike by both
-// strategies, so there it is direct at once. RankPlanner caches the result with the plan.
+// O(samples) bounds for the LLM's combined input; where the modules share ranks and those leave the
+// answer open, one pass over the receiving parties counts every source party's rows as a holder
+// exactly and bounds each party's busiest member from above (following relay_pieces' cuts on upper
+// bounds), and only the parties whose bound reaches direct's figure are planned exactly. A
+// receiving party of one rank is planned alike by both strategies, so there it is direct at once.
+// RankPlanner caches the result with the plan.
 //
 // RankPlanner keeps the last few plans keyed by the micro-batch (token counts, assignments, LLM
 // input), so a training loop whose micro-batches repeat shapes replans nothing; on a miss it reuses
