@@ -545,8 +545,8 @@ TEST(HeteroPlan, ChainCostsMatchTheirHops) {
 }
 
 // relay_pieces' per-member relay rows - what the per-rank planner counts for automatic - against the
-// phase-1+ sends both planners emit from its shares (for_each_star_relay with its helpers, or
-// for_each_hop), on every relayed party of random layouts with random holder loads; helpers, chains
+// phase-1+ sends both planners emit from its shares (for_each_relay: the star with its helpers, or
+// chains), on every relayed party of random layouts with random holder loads; helpers, chains
 // and plain stars are asserted to occur, and a helper only ever sends rows its own party holds.
 TEST(HeteroPlan, RelayRowsMatchTheRelaysEmitted) {
   std::mt19937_64 rng(515);
@@ -589,24 +589,14 @@ TEST(HeteroPlan, RelayRowsMatchTheRelaysEmitted) {
             [](int, int, int, RowRange) {}, [](int, int, int, RowRange) {}, shares, sends);
         std::vector<std::int64_t> emitted(m, 0);
         bool any_helper = false;
-        if (chain) {
-          for (int a = 0; a < m; ++a) {
-            for (const detail::Share& sh : shares[a]) {
-              detail::for_each_hop(member_party, a, sh, [&](int from, int, std::size_t) { emitted[from] += sh.rows.size(); });
-            }
+        detail::for_each_relay(chain, member_party, shares, [&](int from, int to, const detail::Share& sh, std::size_t) {
+          ASSERT_NE(member_party[to], sh.holder_party);
+          if (sh.helper == from) {
+            ASSERT_EQ(member_party[from], sh.holder_party);  // it copied these rows in phase 0
+            any_helper = true;
           }
-        } else {
-          detail::for_each_star_relay(
-              m, shares, [&](int b, const detail::Share& sh) { return member_party[b] == sh.holder_party; },
-              [&](int from, int to, const detail::Share& sh) {
-                ASSERT_NE(member_party[to], sh.holder_party);
-                if (sh.helper == from) {
-                  ASSERT_EQ(member_party[from], sh.holder_party);  // it copied these rows in phase 0
-                  any_helper = true;
-                }
-                emitted[from] += sh.rows.size();
-              });
-        }
+          emitted[from] += sh.rows.size();
+        });
         ASSERT_EQ(emitted, sends) << c.describe();
         ++parties;
         helped += any_helper;

@@ -16,9 +16,9 @@
 // rows m-u times) and relayed to the other m-u-1 lacking members. The busiest member then sends
 // about what its party must let out, the relay-aware lower bound, instead of (m-u)/u times it.
 // The members holding such rows copied them in phase 0, so they can relay them too (helpers):
-// where that levels the members' sends better, some targets of a piece are served by a helper
-// instead of the member the piece entered at (issue 22's 64-GPU example: 744 -> 720 rows, the
-// floor for relays inside the party).
+// where that levels the members' sends better, a helper passes some pieces on instead of the
+// member they entered at (issue 22's 64-GPU example: 744 -> 720 rows, the floor for relays inside
+// the party).
 //
 // Chains, for small batches: passing a piece on whole to the u-1 others costs its member u-1 sends
 // per row, and pieces are whole rows, so a party relaying few rows can make a member send more than
@@ -125,52 +125,8 @@ struct Share {
   int helper = -1;  // a member holding these rows that passes them on instead (star relays only)
 };
 
-// The member that passes share `sh`, entered at member a, on last in a chain: the last member
-// lacking it in party order from a + 1 round to a - 1 (a itself lacks it, so the walk stops).
-inline int chain_end(const std::vector<int>& member_party, int a, const Share& sh) {
-  const int m = static_cast<int>(member_party.size());
-  int b = a == 0 ? m - 1 : a - 1;
-  while (member_party[b] == sh.holder_party) b = b == 0 ? m - 1 : b - 1;
-  return b;
-}
-
-// Whether party P relays in chains, and then its members' relay rows in `sends` (see the top). A
-// member lacking a share sends it on in a chain unless it is the share's chain_end, so member j
-// sends every share's rows less those whose holders include it and those ending at it. A chain
-// is taken only where some member's star relay exceeds all the rows P relays - the most a ring
-// member sends - and it lowers the party's busiest sender: it costs m - 2 more phases.
-inline bool chain_wins(const std::vector<int>& member_party, const std::vector<std::int64_t>& load,
-                       const std::vector<std::vector<Share>>& shares, std::vector<std::int64_t>& sends) {
-  const int m = static_cast<int>(member_party.size());
-  std::int64_t total = 0;
-  for (const auto& mine : shares) {
-    for (const Share& sh : mine) total += sh.rows.size();
-  }
-  if (*std::max_element(sends.begin(), sends.end()) <= total) return false;
-  std::vector<std::pair<int, std::int64_t>> held;  // (holder party, rows), one entry per share
-  std::vector<std::int64_t> chain(m, 0);
-  for (int a = 0; a < m; ++a) {
-    for (const Share& sh : shares[a]) {
-      held.emplace_back(sh.holder_party, sh.rows.size());
-      chain[chain_end(member_party, a, sh)] -= sh.rows.size();
-    }
-  }
-  std::sort(held.begin(), held.end());
-  std::int64_t star_most = 0, chain_most = 0;
-  for (int j = 0; j < m; ++j) {
-    auto it = std::lower_bound(held.begin(), held.end(), std::make_pair(member_party[j], std::int64_t{0}));
-    std::int64_t mine = 0;  // rows of shares member j's own source party holds: it never sends those
-    for (; it != held.end() && it->first == member_party[j]; ++it) mine += it->second;
-    chain[j] += total - mine;
-    star_most = std::max(star_most, load[j] + sends[j]);
-    chain_most = std::max(chain_most, load[j] + chain[j]);
-  }
-  if (chain_most >= star_most) return false;
-  sends = std::move(chain);
-  return true;
-}
-
-// Calls f(from, to, hop) for each hop of share sh's chain from member a, hops numbered from 1.
+// Calls f(from, to, hop) for each hop of share sh's chain from member a, hops numbered from 1: to
+// the next member lacking it in party order, round the party.
 template <class F>
 void for_each_hop(const std::vector<int>& member_party, int a, const Share& sh, F&& f) {
   const int m = static_cast<int>(member_party.size());
@@ -183,33 +139,31 @@ void for_each_hop(const std::vector<int>& member_party, int a, const Share& sh, 
   }
 }
 
-// The relay rows of the busiest member of a party of m members that pools all its `rows` (no member
-// holds any, none sends as a holder): what relay_pieces and chain_wins give there, in closed form.
-// The pool's water-fill deals floor or ceil(rows / m) to each member; the star costs ceil(rows / m)
-// (m - 1), the chain rows - floor(rows / m) (each member passes on all but its successor's share).
-// Non-decreasing in rows, so it bounds a range of party sizes by its ends.
-inline std::int64_t pooled_relay_rows(std::int64_t rows, std::int64_t m) {
-  const std::int64_t star = ceil_div(rows, m) * (m - 1);
-  return star <= rows ? star : rows - rows / m;
-}
-
-// Which member sends share sh, entered at member a, on to the others in the star.
-inline int star_sender(int a, const Share& sh) { return sh.helper < 0 ? a : sh.helper; }
-
-// Calls f(from, to, share) for each phase-1 send of a star relay: first each member's own sends,
-// member by member and target by target (consecutive shares to one target merge into a message),
-// then the helpers'. holds(b, share) says whether member b copied the share's rows itself.
-template <class Holds, class F>
-void for_each_star_relay(int m, const std::vector<std::vector<Share>>& shares, Holds&& holds, F&& f) {
+// Calls f(from, to, share, phase) for each relay of a party's shares (shares[a]: entered at member
+// a), in the order both planners emit them. Star: phase 1, each member's own sends member by
+// member and target by target (consecutive shares to one target merge into a message), then the
+// helpers'. Chains: each share hop by hop, hop h in phase h.
+template <class F>
+void for_each_relay(bool chained, const std::vector<int>& member_party, const std::vector<std::vector<Share>>& shares,
+                    F&& f) {
+  const int m = static_cast<int>(member_party.size());
+  if (chained) {
+    for (int a = 0; a < m; ++a) {
+      for (const Share& sh : shares[a]) {
+        for_each_hop(member_party, a, sh, [&](int from, int to, std::size_t hop) { f(from, to, sh, hop); });
+      }
+    }
+    return;
+  }
   bool helped = false;
   for (int a = 0; a < m; ++a) {
     if (shares[a].empty()) continue;  // keeps this loop O(transfers), not O(m^2)
     for (int b = 0; b < m; ++b) {
       if (b == a) continue;
       for (const Share& sh : shares[a]) {
-        if (holds(b, sh)) continue;
-        if (star_sender(a, sh) == a) {
-          f(a, b, sh);
+        if (member_party[b] == sh.holder_party) continue;  // b copied these itself
+        if (sh.helper < 0) {
+          f(a, b, sh, std::size_t{1});
         } else {
           helped = true;
         }
@@ -221,10 +175,44 @@ void for_each_star_relay(int m, const std::vector<std::vector<Share>>& shares, H
     for (const Share& sh : shares[a]) {
       if (sh.helper < 0) continue;
       for (int b = 0; b < m; ++b) {
-        if (b != a && !holds(b, sh)) f(sh.helper, b, sh);
+        if (b != a && member_party[b] != sh.holder_party) f(sh.helper, b, sh, std::size_t{1});
       }
     }
   }
+}
+
+// Whether party P relays in chains, and then its members' relay rows in `sends` (see the top). A
+// chain is taken only where some member's star relay exceeds all the rows P relays - the most a
+// ring member sends - and it lowers the party's busiest sender: it costs m - 2 more phases.
+inline bool chain_wins(const std::vector<int>& member_party, const std::vector<std::int64_t>& load,
+                       const std::vector<std::vector<Share>>& shares, std::vector<std::int64_t>& sends) {
+  const int m = static_cast<int>(member_party.size());
+  std::int64_t total = 0;
+  for (const auto& mine : shares) {
+    for (const Share& sh : mine) total += sh.rows.size();
+  }
+  if (*std::max_element(sends.begin(), sends.end()) <= total) return false;
+  std::vector<std::int64_t> chain(m, 0);
+  for_each_relay(true, member_party, shares,
+                 [&](int from, int, const Share& sh, std::size_t) { chain[from] += sh.rows.size(); });
+  std::int64_t star_most = 0, chain_most = 0;
+  for (int j = 0; j < m; ++j) {
+    star_most = std::max(star_most, load[j] + sends[j]);
+    chain_most = std::max(chain_most, load[j] + chain[j]);
+  }
+  if (chain_most >= star_most) return false;
+  sends = std::move(chain);
+  return true;
+}
+
+// The relay rows of the busiest member of a party of m members that pools all its `rows` (no member
+// holds any, none sends as a holder): what relay_pieces and chain_wins give there, in closed form.
+// The pool's water-fill deals floor or ceil(rows / m) to each member; the star costs ceil(rows / m)
+// (m - 1), the chain rows - floor(rows / m) (each member passes on all but its successor's share).
+// Non-decreasing in rows, so it bounds a range of party sizes by its ends.
+inline std::int64_t pooled_relay_rows(std::int64_t rows, std::int64_t m) {
+  const std::int64_t star = ceil_div(rows, m) * (m - 1);
+  return star <= rows ? star : rows - rows / m;
 }
 
 // One overlap's phase-0 entries and phase-1 sends under one way of cutting it (relay_pieces
@@ -367,7 +355,7 @@ bool relay_pieces(const Party& P, const std::vector<int>& slots, const std::vect
         for (const RelayStep::Entry& e : step->entries) {
           demand(e.member, q, s, e.share.rows);
           if (u > 1) shares[e.member].push_back(e.share);
-          sends[star_sender(e.member, e.share)] += e.share.rows.size() * (u - 1);
+          sends[e.share.helper < 0 ? e.member : e.share.helper] += e.share.rows.size() * (u - 1);
         }
       });
     }
@@ -562,11 +550,8 @@ class Planner {
         [&](int s, RowRange want, auto&& f) { for_each_holder(s, want, f); },
         [&](int j, int q, int s, RowRange o) { local_copy(P.ranks[j], q, s, o); },
         [&](int j, int q, int s, RowRange o) { demand(q, P.ranks[j], s, o); }, shares, sends);
-    if (chained) {
-      chain(pi, member_party, shares);
-    } else {
-      relay(pi, shares);
-    }
+    for_each_relay(chained, member_party, shares,
+                   [&](int from, int to, const Share& sh, std::size_t phase) { relay_transfer(pi, from, to, sh, phase); });
   }
   void relay_transfer(int pi, int a, int b, const Share& sh, std::size_t phase) {
     budget_.take(1);
@@ -574,25 +559,6 @@ class Planner {
     const Party& P = pd_.parties[pi];
     relays_[phase - 1].push_back(make_transfer(P.ranks[a], P.ranks[b], sh.sample, sh.rows, BufferKind::destination,
                                                pd_.offset(pi, sh.sample, sh.rows.begin)));
-  }
-
-  // Phase 1: each member passes its shares on to every other member that lacks them, but for the
-  // targets a helper serves, which come after (star_sender).
-  void relay(int pi, const std::vector<std::vector<Share>>& shares) {
-    const Party& P = pd_.parties[pi];
-    const int m = static_cast<int>(P.ranks.size());
-    for_each_star_relay(m, shares, [&](int b, const Share& sh) { return ps_.party_of_rank[P.ranks[b]] == sh.holder_party; },
-                        [&](int from, int to, const Share& sh) { relay_transfer(pi, from, to, sh, 1); });
-  }
-
-  // Phases 1, 2, ...: each share hops from the member it entered at to the next member lacking it.
-  void chain(int pi, const std::vector<int>& member_party, const std::vector<std::vector<Share>>& shares) {
-    const int m = static_cast<int>(member_party.size());
-    for (int a = 0; a < m; ++a) {
-      for (const Share& sh : shares[a]) {
-        for_each_hop(member_party, a, sh, [&](int from, int to, std::size_t hop) { relay_transfer(pi, from, to, sh, hop); });
-      }
-    }
   }
 
   // Cut each source party's demand stream into equal consecutive pieces, one per member.

@@ -705,11 +705,11 @@ class RankPlanBuilder {
     return std::move(out_);
   }
 
-  // The relays of this rank's party it sends or receives (Planner::relay and Planner::chain).
+  // The relays of this rank's party it sends or receives, as Planner::plan_relayed emits them.
   void relays(int pi, const PartyPlan& plan) {
     const Party& P = pd_.party(pi);
-    const int m = static_cast<int>(P.ranks.size());
-    auto add = [&](int a, int b, const Share& sh, std::size_t phase) {
+    for_each_relay(plan.chained, plan.member_party, plan.shares, [&](int a, int b, const Share& sh, std::size_t phase) {
+      if (P.ranks[a] != rank_ && P.ranks[b] != rank_) return;
       budget_.take(1);
       Transfer t;
       t.src = P.ranks[a];
@@ -722,22 +722,7 @@ class RankPlanBuilder {
       t.bytes = sh.rows.size() * row_bytes_;
       if (out_.phases.size() <= phase) out_.phases.resize(phase + 1);
       out_.phases[phase].push_back(t);
-    };
-    if (plan.chained) {
-      for (int a = 0; a < m; ++a) {
-        for (const Share& sh : plan.shares[a]) {
-          for_each_hop(plan.member_party, a, sh, [&](int from, int to, std::size_t hop) {
-            if (P.ranks[from] == rank_ || P.ranks[to] == rank_) add(from, to, sh, hop);
-          });
-        }
-      }
-      return;
-    }
-    if (plan.shares.empty()) return;  // a one-rank party relays nothing
-    for_each_star_relay(m, plan.shares, [&](int b, const Share& sh) { return plan.member_party[b] == sh.holder_party; },
-                        [&](int from, int to, const Share& sh) {
-                          if (P.ranks[from] == rank_ || P.ranks[to] == rank_) add(from, to, sh, 1);
-                        });
+    });
   }
 
   // Planner::make_plan's choice for automatic: whether the world's busiest sender sends less under
