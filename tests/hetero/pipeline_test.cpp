@@ -266,7 +266,7 @@ int run_and_compare(const Layout& layout, Iteration& it, const std::vector<Bound
 }
 
 TEST(HeteroPipeline, OneFOneBEqualsPlanByPlan) {
-  std::mt19937_64 rng(2022);
+  std::mt19937_64 rng(test_seed(2022));
   int combined = 0;
   for (int i = 0; i < 150; ++i) {
     Case c = random_case(rng, 32);
@@ -290,7 +290,7 @@ TEST(HeteroPipeline, OneFOneBEqualsPlanByPlan) {
 // Colocated layouts: the encoder and the LLM share every rank, so in a combined step one pair of ranks
 // can carry forward and backward messages the same way in the same wave - where the order matters.
 TEST(HeteroPipeline, ColocatedLayouts) {
-  std::mt19937_64 rng(7);
+  std::mt19937_64 rng(test_seed(7));
   int cases = 0, shared_pairs = 0;
   while (cases < 120) {
     Case c = random_case(rng, 24);
@@ -309,7 +309,7 @@ TEST(HeteroPipeline, ColocatedLayouts) {
 // A rank that posts the backward plan first, against peers that post the forward plan first: caught
 // wherever a pair of ranks carries both plans the same way in one wave, harmless elsewhere.
 TEST(HeteroPipeline, OrderContractViolationIsCaught) {
-  std::mt19937_64 rng(31);
+  std::mt19937_64 rng(test_seed(31));
   int caught = 0, harmless = 0;
   for (int i = 0; i < 300; ++i) {
     Case c = random_case(rng, 24);

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include "zipccl/hetero/parse.h"
 #include "zipccl/hetero/rank_plan.h"
 
@@ -20,6 +22,14 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Minor page faults so far: a plan that touches fresh memory (glibc hands out new pages whenever its
+// trim and mmap thresholds return freed ones to the kernel) pays ~2 us a page on this machine.
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
 
 bool g_world_planner = true;
 
@@ -37,6 +47,7 @@ void run_strategy(const Layout& layout, const BoundaryBatch& batch, int sampled,
   double cold_max = 0, cold_sum = 0, warm_max = 0, warm_sum = 0, miss_max = 0, miss_sum = 0;
   std::size_t most = 0;
   int worst = -1;
+  long cold_faults = 0, miss_faults = 0;
   for (int i = 0; i < sampled; ++i) {
     const int r = static_cast<int>(static_cast<std::int64_t>(i) * world / sampled);
     // Best of five fresh planners per rank (other processes share the cores; a preempted run is
@@ -48,19 +59,25 @@ void run_strategy(const Layout& layout, const BoundaryBatch& batch, int sampled,
     reused.plan(batch, Direction::forward);
     std::size_t n = 0;
     for (int rep = 0; rep < 5; ++rep) {
-      RankPlanner planner(layout, 0, r, 8, options);
+      long f0 = minor_faults();
       auto t0 = Clock::now();
-      n = planner.plan(batch, Direction::forward).num_transfers() +
-          planner.plan(batch, Direction::backward).num_transfers();
-      cold = std::min(cold, since(t0));
-      t0 = Clock::now();
-      planner.plan(batch, Direction::forward);
-      planner.plan(batch, Direction::backward);
-      warm = std::min(warm, since(t0));
+      {
+        RankPlanner planner(layout, 0, r, 8, options);
+        n = planner.plan(batch, Direction::forward).num_transfers() +
+            planner.plan(batch, Direction::backward).num_transfers();
+        cold = std::min(cold, since(t0));
+        t0 = Clock::now();
+        planner.plan(batch, Direction::forward);
+        planner.plan(batch, Direction::backward);
+        warm = std::min(warm, since(t0));
+      }
+      cold_faults += minor_faults() - f0;
+      f0 = minor_faults();
       t0 = Clock::now();
       reused.plan(batch, Direction::backward);
       reused.plan(batch, Direction::forward);
       miss = std::min(miss, since(t0));
+      miss_faults += minor_faults() - f0;
     }
     miss_max = std::max(miss_max, miss);
     miss_sum += miss;
@@ -79,9 +96,10 @@ void run_strategy(const Layout& layout, const BoundaryBatch& batch, int sampled,
   }
   std::printf("    per rank, forward + backward, %d ranks sampled (best of 5 each): cold mean %.3f ms, max %.3f ms (rank %d); "
               "miss on a reused planner mean %.3f ms, max %.3f ms; cached mean %.4f ms, max %.4f ms; at most %zu "
-              "transfers for one rank\n",
+              "transfers for one rank; minor page faults per plan pair: cold %.1f, miss %.1f\n",
               sampled, cold_sum / sampled * 1e3, cold_max * 1e3, worst, miss_sum / sampled * 1e3, miss_max * 1e3,
-              warm_sum / sampled * 1e3, warm_max * 1e3, most);
+              warm_sum / sampled * 1e3, warm_max * 1e3, most, static_cast<double>(cold_faults) / (5.0 * sampled),
+              static_cast<double>(miss_faults) / (5.0 * sampled));
 }
 
 void run(const char* name, const LayoutSpec& spec, const BoundaryBatch& batch, int sampled) {

@@ -164,7 +164,7 @@ std::string check_balance(const Layout& layout, const BoundaryBatch& batch, cons
 }
 
 TEST(HeteroPlan, RandomLayoutsMeetTheContract) {
-  std::mt19937_64 rng(20240601);
+  std::mt19937_64 rng(test_seed(20240601));
   int cases = 0, relayed = 0, colocated = 0;
   std::map<std::tuple<int, bool, bool>, int> inputs;  // (format, LLM sp, LLM cp > 1) -> cases
   for (int i = 0; i < 2500; ++i) {
@@ -201,7 +201,7 @@ TEST(HeteroPlan, RandomLayoutsMeetTheContract) {
 // the activation), and the forward writes exactly where the backward reads: the two plans are each
 // other's reverse on the layout, with their own choice of which copy to read.
 TEST(HeteroPlan, AutomaticKeepsTheLighterPlan) {
-  std::mt19937_64 rng(31);
+  std::mt19937_64 rng(test_seed(31));
   int relay_chosen = 0, direct_chosen = 0;
   for (int i = 0; i < 400; ++i) {
     Case c = random_case(rng, 48, true);
@@ -225,7 +225,7 @@ TEST(HeteroPlan, AutomaticKeepsTheLighterPlan) {
 }
 
 TEST(HeteroPlan, BackwardReturnsToEveryProducer) {
-  std::mt19937_64 rng(7);
+  std::mt19937_64 rng(test_seed(7));
   for (int i = 0; i < 300; ++i) {
     Case c = random_case(rng, 48, true);
     Layout layout(c.spec);
@@ -437,7 +437,7 @@ TEST(HeteroPlan, RelayNeverAboveLeaderBroadcast) {
   int cases = 0, relay_kept = 0, small = 0, chained = 0;
   for (int i = 0; i < 1500 * seeds; ++i) {
     static std::mt19937_64 rng;
-    if (i % 1500 == 0) rng.seed(20260 + i / 1500);
+    if (i % 1500 == 0) rng.seed(test_seed(20260 + i / 1500));
     Case c = random_case(rng, 48, true);
     for (auto& t : c.batch.tokens) t = t * 97 + static_cast<std::int64_t>(rng() % 97);
     if (c.batch.llm_sequence.format != SequenceFormat::image_only) random_sequence(rng, c.batch);
@@ -465,8 +465,9 @@ TEST(HeteroPlan, RelayNeverAboveLeaderBroadcast) {
   std::printf("%d boundaries (%d seeds): none above leader+broadcast; %d relay plans with chains, %d small batches\n",
               cases, seeds, chained, small);
   EXPECT_GT(cases, 3000);
-  EXPECT_GT(small, 100);  // batches where two phases of whole rows could exceed the ring
-  EXPECT_GT(chained, 10);
+  // Coverage, with room for other seeds (ZIPCCL_HETERO_SEED; over 40 of them: 74-134 small, 3-16 chained).
+  EXPECT_GT(small, 50);  // batches where two phases of whole rows could exceed the ring
+  EXPECT_GT(chained, 1);
   EXPECT_GT(relay_kept, 500);
 }
 
@@ -514,7 +515,7 @@ TEST(HeteroPlan, TwoPhasesOfWholeRowsVersusTheRing) {
 // for_each_hop really makes (what both planners emit), on random parties where some members hold
 // some shares: each member sends a share on unless it holds it or ends its chain.
 TEST(HeteroPlan, ChainCostsMatchTheirHops) {
-  std::mt19937_64 rng(77);
+  std::mt19937_64 rng(test_seed(77));
   int checked = 0;
   for (int i = 0; i < 2000; ++i) {
     const int m = 2 + static_cast<int>(rng() % 9);
@@ -549,7 +550,7 @@ TEST(HeteroPlan, ChainCostsMatchTheirHops) {
 // chains), on every relayed party of random layouts with random holder loads; helpers, chains
 // and plain stars are asserted to occur, and a helper only ever sends rows its own party holds.
 TEST(HeteroPlan, RelayRowsMatchTheRelaysEmitted) {
-  std::mt19937_64 rng(515);
+  std::mt19937_64 rng(test_seed(515));
   int parties = 0, helped = 0, chained = 0;
   for (int i = 0; i < 2500; ++i) {
     Case c = random_case(rng, 40, false);

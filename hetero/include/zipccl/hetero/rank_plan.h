@@ -25,11 +25,14 @@
 //
 // RankPlanner keeps the last few plans keyed by the micro-batch (token counts, assignments, LLM
 // input), so a training loop whose micro-batches repeat shapes replans nothing; on a miss it reuses
-// its per-sample tables and its least recently used entry, so planning allocates no per-sample
-// memory in steady state (a plain plan_rank call allocates them each time).
+// its workspace (per-sample tables, each module's party per rank, the exact count's per-party
+// totals: ~1 MB at 16,384 ranks) and its least recently used entry, so in steady state planning
+// touches no fresh memory. A plain plan_rank call allocates all of it each time: keep a RankPlanner
+// per boundary for the training loop.
 // Thread-safety: plan_rank is a pure function; a RankPlanner is not shared between threads.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <list>
 #include <vector>
@@ -75,8 +78,40 @@ namespace detail {
 struct PlacementTables {
   std::vector<int> replica_of, slot, first, by_replica, next;
 };
+// exact_relay_sends_less's totals for one receiving party.
+struct ReceivedTotals {
+  // Where some member is in a source party, relay_sum_bound's total of relays: every row dealt to u
+  // lacking members, times u - 1 (-1: beyond 64 bits); else the rows it keeps.
+  std::int64_t rows_or_relays = 0;
+  std::int64_t steps = 0;
+  int fewest = INT_MAX;  // relay_sum_bound's, at most m
+  bool colocated = false;
+};
+// Everything a per-rank plan sizes by the world rather than by the rank's own work, kept by
+// RankPlanner so that a miss (a new micro-batch) reuses it: at 16,384 ranks ~0.5 MB.
 struct RankWorkspace {
   PlacementTables source, destination;
+  // Each boundary module's party per rank of its span (LazyPlacement::party_of_rank_cached): a
+  // function of the layout alone, so built once per module, not per micro-batch. Slot 0 is the
+  // LLM's, slot 1 the encoder's; `module` says whose table a slot holds.
+  struct PartyTable {
+    const Module* module = nullptr;
+    std::vector<int> party;
+  } party_tables[2];
+  std::vector<int>& party_table(int slot, const Module& m) {
+    PartyTable& t = party_tables[slot];
+    if (t.module != &m) {
+      t.module = &m;
+      t.party.clear();
+    }
+    return t.party;
+  }
+  std::vector<Demand> stream;  // one source party's demands, in the world planner's order
+  // exact_relay_sends_less's counts: per source party (relay, direct) rows as a holder, and per
+  // receiving party its totals.
+  std::vector<std::pair<std::int64_t, std::int64_t>> held;
+  std::vector<ReceivedTotals> received;
+  std::vector<int> member_parties;
 };
 }  // namespace detail
 

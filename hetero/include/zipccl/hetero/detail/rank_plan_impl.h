@@ -18,13 +18,14 @@ namespace detail {
 // per-sample tables live in `tables`, which a RankPlanner keeps from one micro-batch to the next.
 class LazyPlacement {
  public:
-  LazyPlacement(const Module& m, const BoundaryBatch& batch, PlacementTables& tables)
+  LazyPlacement(const Module& m, const BoundaryBatch& batch, PlacementTables& tables, std::vector<int>& party_by_rank)
       : m_(m),
         batch_(batch),
         replica_of_(tables.replica_of),
         slot_(tables.slot),
         first_(tables.first),
-        by_replica_(tables.by_replica) {
+        by_replica_(tables.by_replica),
+        party_by_rank_(party_by_rank) {
     assign_replicas_into(batch.tokens, m.dp(), batch.assignment(m), "module '" + m.name() + "'", replica_of_);
     slot_.resize(replica_of_.size());
     per_cp_ = m.sequence_parallel() ? m.tp() : 1;
@@ -295,7 +296,7 @@ class LazyPlacement {
   std::vector<std::int64_t> covered_;   // image rows before each interval of image_at_, then the total
   std::int64_t thd_local_ = 0;
   std::vector<std::int64_t> sums_, rows_of_n_;  // max_kept_rows' scratch, per cp rank
-  std::vector<int> party_by_rank_;              // party_of_rank_cached's table, from first_rank
+  std::vector<int>& party_by_rank_;  // party_of_rank_cached's table, from first_rank (the workspace's)
 };
 
 // water_fill's level (planner.h) for `levels` (sorted here) and total > 0: the smallest v with
@@ -438,15 +439,28 @@ class RelayBound {
   std::int64_t pooled_ = 0;
 };
 
+inline const Module& source_module(const Layout& layout, int encoder, Direction direction) {
+  return layout.modules()[direction == Direction::forward ? 1 + encoder : 0];
+}
+inline const Module& destination_module(const Layout& layout, int encoder, Direction direction) {
+  return layout.modules()[direction == Direction::forward ? 0 : 1 + encoder];
+}
+
 class RankPlanBuilder {
  public:
   RankPlanBuilder(const Layout& layout, int encoder, const BoundaryBatch& batch, Direction direction, int rank,
                   std::size_t limit, RankWorkspace& workspace)
-      : ps_(layout.modules()[direction == Direction::forward ? 1 + encoder : 0], batch, workspace.source),
-        pd_(layout.modules()[direction == Direction::forward ? 0 : 1 + encoder], batch, workspace.destination),
+      : ps_(source_module(layout, encoder, direction), batch, workspace.source,
+            workspace.party_table(direction == Direction::forward ? 1 : 0, source_module(layout, encoder, direction))),
+        pd_(destination_module(layout, encoder, direction), batch, workspace.destination,
+            workspace.party_table(direction == Direction::forward ? 0 : 1, destination_module(layout, encoder, direction))),
         budget_(layout, encoder, direction, limit),
         rank_(rank),
-        row_bytes_(batch.row_bytes()) {
+        row_bytes_(batch.row_bytes()),
+        stream_(workspace.stream),
+        held_(workspace.held),
+        received_(workspace.received),
+        member_parties_(workspace.member_parties) {
     out_.rank = rank;
     out_.world_size = layout.world_size();
     out_.direction = direction;
@@ -819,14 +833,14 @@ class RankPlanBuilder {
     const int stride = pd_.member_stride();
     held_.assign(static_cast<std::size_t>(ps_.num_parties()), {0, 0});
     holders_counted_ = false;
-    received_.assign(static_cast<std::size_t>(pd_.num_parties()), Received{});
+    received_.assign(static_cast<std::size_t>(pd_.num_parties()), ReceivedTotals{});
     std::vector<int>& member = member_parties_;
     bool direct_wins = false;
     pd_.for_each_party([&](int pi, int d, int c, int t, int first) {
       if (direct_wins) return;
       member.clear();
       for (int j = 0; j < m; ++j) member.push_back(ps_.party_of_rank_cached(first + j * stride));
-      Received& p = received_[pi];
+      ReceivedTotals& p = received_[pi];
       std::int64_t pooled = 0, rows = 0;
       Int128 relays = 0;
       for_each_overlap(pi, d, c, t, [&](int q, std::int64_t n) {
@@ -862,7 +876,7 @@ class RankPlanBuilder {
     if (relay_most >= direct_most) return false;
     std::vector<std::pair<std::int64_t, int>> open;  // (-bound, party)
     pd_.for_each_party([&](int pi, int d, int c, int t, int first) {
-      const Received& p = received_[pi];
+      const ReceivedTotals& p = received_[pi];
       if (direct_wins) return;
       if (!p.colocated) {
         direct_wins = pooled_relay_rows(p.rows_or_relays, m) >= direct_most;
@@ -951,21 +965,12 @@ class RankPlanBuilder {
   int rank_;
   std::int64_t row_bytes_;
   RankPlan out_;
-  std::vector<Demand> stream_;
-  // exact_relay_sends_less's counts: per source party (relay, direct) rows as a holder, complete
-  // once holders_counted_; per receiving party its totals.
-  struct Received {
-    // Where some member is in a source party, relay_sum_bound's total of relays: every row dealt to u
-    // lacking members, times u - 1 (-1: beyond 64 bits); else the rows it keeps.
-    std::int64_t rows_or_relays = 0;
-    std::int64_t steps = 0;
-    int fewest = INT_MAX;  // relay_sum_bound's, at most m
-    bool colocated = false;
-  };
-  std::vector<std::pair<std::int64_t, std::int64_t>> held_;
+  // The workspace's (RankWorkspace says what each holds); held_ is complete once holders_counted_.
+  std::vector<Demand>& stream_;
+  std::vector<std::pair<std::int64_t, std::int64_t>>& held_;
+  std::vector<ReceivedTotals>& received_;
+  std::vector<int>& member_parties_;
   bool holders_counted_ = false;
-  std::vector<Received> received_;
-  std::vector<int> member_parties_;
   RelayBound bound_;
   std::unordered_map<int, PartyPlan> party_plans_;
   std::unordered_map<int, std::pair<std::int64_t, std::int64_t>> holder_rows_;  // (scatter_allgather, direct)
