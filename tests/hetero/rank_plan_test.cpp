@@ -222,6 +222,35 @@ TEST(HeteroRankPlan, PlannerCachesByMicroBatch) {
   }
 }
 
+// The two directions of a micro-batch share one key; recycling an entry whose key another entry
+// still uses must leave that entry's key alone.
+TEST(HeteroRankPlan, DirectionsShareAKeyThatRecyclingLeavesAlone) {
+  const Layout layout(small_spec());
+  BoundaryBatch a{{576, 1024, 256, 729, 576, 576, 100, 2048}, 64, 2};
+  BoundaryBatch b = a;
+  std::swap(b.tokens[0], b.tokens[7]);
+  for (int r : {0, 9}) {
+    RankPlanner planner(layout, 0, r, 2);
+    planner.plan(a, Direction::forward);
+    planner.plan(a, Direction::backward);  // shares a's key
+    EXPECT_EQ(compare(plan_forward(layout, 0, b), planner.plan(b, Direction::forward), r), "");  // recycles a forward
+    EXPECT_EQ(planner.misses(), 3u);
+    EXPECT_EQ(compare(plan_backward(layout, 0, a), planner.plan(a, Direction::backward), r), "");  // still a's
+    EXPECT_EQ(planner.hits(), 1u);
+    EXPECT_EQ(compare(plan_backward(layout, 0, b), planner.plan(b, Direction::backward), r), "");  // not a's plan
+    EXPECT_EQ(planner.misses(), 4u);  // recycled b forward
+    EXPECT_EQ(compare(plan_forward(layout, 0, b), planner.plan(b, Direction::forward), r), "");  // shares b's key
+    EXPECT_EQ(compare(plan_backward(layout, 0, b), planner.plan(b, Direction::backward), r), "");
+    EXPECT_EQ(planner.misses(), 5u);
+    EXPECT_EQ(planner.hits(), 2u);
+    EXPECT_EQ(compare(plan_forward(layout, 0, a), planner.plan(a, Direction::forward), r), "");  // recycles b forward
+    EXPECT_EQ(compare(plan_backward(layout, 0, b), planner.plan(b, Direction::backward), r), "");  // still b's
+    EXPECT_EQ(compare(plan_backward(layout, 0, a), planner.plan(a, Direction::backward), r), "");  // not b's plan
+    EXPECT_EQ(planner.misses(), 7u);
+    EXPECT_EQ(planner.hits(), 3u);
+  }
+}
+
 TEST(HeteroRankPlan, CacheKeySeesTheCombinedInput) {
   const Layout layout(small_spec());
   BoundaryBatch a{{8, 16}, 64, 2};

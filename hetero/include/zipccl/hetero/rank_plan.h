@@ -24,7 +24,8 @@
 // RankPlanner caches the result with the plan.
 //
 // RankPlanner keeps the last few plans keyed by the micro-batch (token counts, assignments, LLM
-// input), so a training loop whose micro-batches repeat shapes replans nothing; on a miss it reuses
+// input; the forward and backward plans of a micro-batch share one key), so a training loop whose
+// micro-batches repeat shapes replans nothing; on a miss it reuses
 // its workspace (per-sample tables, each module's party per rank, the exact count's per-party
 // totals: ~1 MB at 16,384 ranks) and its least recently used entry, so in steady state planning
 // touches no fresh memory. A plain plan_rank call allocates all of it each time: keep a RankPlanner
@@ -35,6 +36,7 @@
 #include <climits>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <vector>
 
 #include "zipccl/hetero/plan.h"
@@ -129,7 +131,8 @@ class RankPlanner {
 
  private:
   struct Entry {
-    std::vector<std::int64_t> key;  // detail::batch_key_into of the batch and direction
+    Direction direction = Direction::forward;
+    std::shared_ptr<std::vector<std::int64_t>> key;  // detail::batch_key_into of the batch; the two directions share it
     RankPlan plan;
   };
   const Layout& layout_;

@@ -976,12 +976,13 @@ class RankPlanBuilder {
   std::unordered_map<int, std::pair<std::int64_t, std::int64_t>> holder_rows_;  // (scatter_allgather, direct)
 };
 
-// Everything a plan depends on in a micro-batch, flattened: f(value) for single values, f(data, n)
+// Everything a plan depends on in a micro-batch but the direction (RankPlanner keeps that beside
+// the key, so the two directions of a micro-batch share one), flattened: f(value) for single values, f(data, n)
 // for runs of n values, each list preceded by its length, so two sequences are equal exactly when
 // the batches are. f returns false to stop early. A cache key without copying the batch's
 // per-sample vectors, which would cost an allocation each; runs keep the comparison a memcmp.
 template <class F>
-bool visit_batch_key(const BoundaryBatch& b, Direction direction, F&& f) {
+bool visit_batch_key(const BoundaryBatch& b, F&& f) {
   static_assert(sizeof(ImageSpan) == 2 * sizeof(std::int64_t), "ImageSpan is visited as two values");
   auto run = [&](const std::int64_t* data, std::size_t n) {
     return f(static_cast<std::int64_t>(n)) && f(data, n);
@@ -994,7 +995,7 @@ bool visit_batch_key(const BoundaryBatch& b, Direction direction, F&& f) {
     return true;
   };
   const LlmSequence& x = b.llm_sequence;
-  for (std::int64_t v : {static_cast<std::int64_t>(direction), b.hidden, b.element_size,
+  for (std::int64_t v : {b.hidden, b.element_size,
                          static_cast<std::int64_t>(b.encoder_assignment.rule),
                          static_cast<std::int64_t>(b.llm_assignment.rule), static_cast<std::int64_t>(x.format),
                          x.pad_multiple, x.padded_length}) {
@@ -1012,7 +1013,7 @@ bool visit_batch_key(const BoundaryBatch& b, Direction direction, F&& f) {
 }
 
 // The key into `key`, reusing its storage.
-inline void batch_key_into(const BoundaryBatch& b, Direction direction, std::vector<std::int64_t>& key) {
+inline void batch_key_into(const BoundaryBatch& b, std::vector<std::int64_t>& key) {
   struct Count {
     std::size_t n = 0;
     bool operator()(std::int64_t) { return ++n != 0; }
@@ -1021,7 +1022,7 @@ inline void batch_key_into(const BoundaryBatch& b, Direction direction, std::vec
       return true;
     }
   } count;
-  visit_batch_key(b, direction, count);
+  visit_batch_key(b, count);
   struct Append {
     std::vector<std::int64_t>& key;
     bool operator()(std::int64_t v) {
@@ -1035,7 +1036,7 @@ inline void batch_key_into(const BoundaryBatch& b, Direction direction, std::vec
   };
   key.clear();
   key.reserve(count.n);
-  visit_batch_key(b, direction, Append{key});
+  visit_batch_key(b, Append{key});
 }
 
 // plan_rank with the caller's tables (RankPlanner keeps them between micro-batches).
@@ -1051,7 +1052,7 @@ inline RankPlan plan_rank_in(RankWorkspace& workspace, const Layout& layout, int
   return RankPlanBuilder(layout, encoder, batch, direction, rank, options.max_transfers, workspace).run(options.strategy);
 }
 
-inline bool same_key(const std::vector<std::int64_t>& key, const BoundaryBatch& b, Direction direction) {
+inline bool same_key(const std::vector<std::int64_t>& key, const BoundaryBatch& b) {
   struct Compare {
     const std::vector<std::int64_t>& key;
     std::size_t i = 0;
@@ -1063,7 +1064,7 @@ inline bool same_key(const std::vector<std::int64_t>& key, const BoundaryBatch& 
       return same;
     }
   } compare{key};
-  return visit_batch_key(b, direction, compare) && compare.i == key.size();
+  return visit_batch_key(b, compare) && compare.i == key.size();
 }
 
 }  // namespace detail
@@ -1085,7 +1086,7 @@ inline RankSchedule make_schedule(const RankPlan& plan) {
 
 inline const RankPlan& RankPlanner::plan(const BoundaryBatch& batch, Direction direction) {
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (detail::same_key(it->key, batch, direction)) {
+    if (it->direction == direction && detail::same_key(*it->key, batch)) {
       ++hits_;
       entries_.splice(entries_.begin(), entries_, it);
       return entries_.front().plan;
@@ -1093,8 +1094,18 @@ inline const RankPlan& RankPlanner::plan(const BoundaryBatch& batch, Direction d
   }
   ++misses_;
   RankPlan plan = detail::plan_rank_in(workspace_, layout_, encoder_, batch, direction, rank_, options_);
-  // A full cache recycles its least recently used entry, key storage included: no per-sample
-  // allocation in steady state.
+  // The micro-batch planned the other way already has its key: share it. Training plans each
+  // micro-batch both ways, and a key can be large (0.8 MB for 12,288 thd sequences of three images),
+  // so this halves what a planner copies and keeps.
+  std::shared_ptr<std::vector<std::int64_t>> shared;
+  for (const Entry& e : entries_) {
+    if (e.direction != direction && detail::same_key(*e.key, batch)) {
+      shared = e.key;
+      break;
+    }
+  }
+  // A full cache recycles its least recently used entry, key storage included unless another entry
+  // shares it: no per-sample allocation in steady state.
   if (entries_.size() >= capacity_) {
     entries_.splice(entries_.begin(), entries_, std::prev(entries_.end()));
   } else {
@@ -1102,7 +1113,13 @@ inline const RankPlan& RankPlanner::plan(const BoundaryBatch& batch, Direction d
   }
   Entry& entry = entries_.front();
   entry.plan = std::move(plan);
-  detail::batch_key_into(batch, direction, entry.key);
+  entry.direction = direction;
+  if (shared) {
+    entry.key = std::move(shared);
+  } else {
+    if (!entry.key || entry.key.use_count() > 1) entry.key = std::make_shared<std::vector<std::int64_t>>();
+    detail::batch_key_into(batch, *entry.key);
+  }
   return entry.plan;
 }
 
