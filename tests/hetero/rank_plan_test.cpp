@@ -4,11 +4,30 @@
 #include "zipccl/hetero/rank_plan.h"
 #include "zipccl/hetero/parse.h"
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+
+// Allocation failure on demand: while g_fail_in >= 0, the allocation that takes it below zero
+// throws std::bad_alloc. Not under ASan or TSan, which bring their own allocation functions.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define ZIPCCL_TEST_FAILING_NEW 1
+static std::atomic<long> g_fail_in{-1};
+void* operator new(std::size_t n) {
+  if (g_fail_in.load(std::memory_order_relaxed) >= 0 && g_fail_in.fetch_sub(1) == 0) throw std::bad_alloc();
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+// Out of line, so that GCC, seeing free() on what operator new returned, does not warn at every delete.
+[[gnu::noinline]] static void release(void* p) noexcept { std::free(p); }
+void operator delete(void* p) noexcept { release(p); }
+void operator delete(void* p, std::size_t) noexcept { release(p); }
+#endif
 
 namespace {
 
@@ -249,6 +268,43 @@ TEST(HeteroRankPlan, DirectionsShareAKeyThatRecyclingLeavesAlone) {
     EXPECT_EQ(planner.misses(), 7u);
     EXPECT_EQ(planner.hits(), 3u);
   }
+}
+
+// A miss that runs out of memory throws and leaves the cache answering right: each allocation of
+// the miss (planning, the entry, its key) is failed in turn, after which every batch and direction
+// still gets its own plan. The case that matters: a recycled entry whose key another entry shares.
+TEST(HeteroRankPlan, OutOfMemoryLeavesNoWrongEntry) {
+#ifndef ZIPCCL_TEST_FAILING_NEW
+  GTEST_SKIP() << "the sanitizer's allocation functions are not replaced";
+#else
+  const Layout layout(small_spec());
+  BoundaryBatch a{{576, 1024, 256, 729, 576, 576, 100, 2048}, 64, 2};
+  BoundaryBatch b = a;
+  std::swap(b.tokens[0], b.tokens[7]);
+  const BoundaryPlan worlds[4] = {plan_forward(layout, 0, a), plan_backward(layout, 0, a), plan_forward(layout, 0, b),
+                                  plan_backward(layout, 0, b)};
+  int failed = 0;
+  for (long n = 0;; ++n) {
+    RankPlanner planner(layout, 0, 9, 2);
+    planner.plan(a, Direction::forward);
+    planner.plan(a, Direction::backward);  // a's two entries share a key; a forward is the oldest
+    bool threw = false;
+    g_fail_in = n;
+    try {
+      planner.plan(b, Direction::forward);  // recycles a forward's entry
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    g_fail_in = -1;
+    for (int k = 0; k < 4; ++k) {
+      ASSERT_EQ(compare(worlds[k], planner.plan(k < 2 ? a : b, worlds[k].direction), 9), "")
+          << "allocation " << n << " failed, then plan " << k;
+    }
+    if (!threw) break;
+    ++failed;
+  }
+  EXPECT_GT(failed, 10);  // the miss allocates: each of those allocations was failed once
+#endif
 }
 
 TEST(HeteroRankPlan, CacheKeySeesTheCombinedInput) {

@@ -1112,14 +1112,19 @@ inline const RankPlan& RankPlanner::plan(const BoundaryBatch& batch, Direction d
     entries_.emplace_front();
   }
   Entry& entry = entries_.front();
-  entry.plan = std::move(plan);
-  entry.direction = direction;
-  if (shared) {
-    entry.key = std::move(shared);
-  } else {
-    if (!entry.key || entry.key.use_count() > 1) entry.key = std::make_shared<std::vector<std::int64_t>>();
-    detail::batch_key_into(batch, *entry.key);
+  try {
+    if (shared) {
+      entry.key = std::move(shared);
+    } else {
+      if (!entry.key || entry.key.use_count() > 1) entry.key = std::make_shared<std::vector<std::int64_t>>();
+      detail::batch_key_into(batch, *entry.key);
+    }
+  } catch (...) {
+    entries_.pop_front();  // out of memory: an entry whose key is not this batch's must not stay
+    throw;
   }
+  entry.direction = direction;
+  entry.plan = std::move(plan);
   return entry.plan;
 }
 
