@@ -33,6 +33,17 @@ gtest_discover_tests(test_plugin_conformance_emu TEST_PREFIX "inner.zipccl.alway
   --setenv=ZIPCCL_MIN_BYTES=0 ${ZIPCCL_GPU_SETENV})
 gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.zipccl." DISCOVERY_TIMEOUT 60 TEST_FILTER "Faults.*"
   PROPERTIES LABELS cpu EXTRA_ARGS ${_inner_self} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
+# ZIPCCL_NET_INNER as a list, as NCCL_NET_PLUGIN takes one: the first plugin that loads and initialises
+# with a device is used (here the third, after a missing library and one that is no plugin); "none"
+# names no inner plugin, so zipccl runs on its own transport.
+set(_inner_basics "Versions/Conformance.NameAndProperties/v12:Versions/Conformance.SizesAndKindsByteExact/v12")
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.list.third." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_inner_basics}
+  PROPERTIES LABELS cpu EXTRA_ARGS --setenv=NCCL_SOCKET_IFNAME=lo --setenv=ZIPCCL_TEST_INNER_NAME=zipccl:
+  "--setenv=ZIPCCL_NET_INNER=/nonexistent/libnccl-net-gone.so, libc.so.6 ,${ZIPCCL_INNER_SELF}"
+  --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
+gtest_discover_tests(test_plugin_conformance TEST_PREFIX "inner.list.none." DISCOVERY_TIMEOUT 60 TEST_FILTER ${_inner_basics}
+  PROPERTIES LABELS cpu EXTRA_ARGS --setenv=NCCL_SOCKET_IFNAME=lo --setenv=ZIPCCL_NET_INNER=None
+  --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
 
 # 2. zipccl over aws-ofi-nccl (libfabric tcp;ofi_rxm, host memory, SENDRECV protocol, loopback), built
 #    by tools/ofi_build.sh (CI: tools/test.sh). Each test skips, saying so, when that build is absent.
@@ -84,6 +95,13 @@ gtest_discover_tests(test_inner_errors TEST_PREFIX "inner.missing." DISCOVERY_TI
 gtest_discover_tests(test_inner_errors TEST_PREFIX "inner.notaplugin." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
   EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=libc.so.6
   "--setenv=ZIPCCL_TEST_EXPECT_WARN=libc.so.6 exports no ncclNetPlugin_v7..v12 table"
+  --setenv=ZIPCCL_TEST_EXPECT_RESULT=5)
+# A list (NCCL_NET_PLUGIN's convention) of which no plugin can be used: one WARN with each reason, the
+# last one's result.
+gtest_discover_tests(test_inner_errors TEST_PREFIX "inner.list.nonefits." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cpu
+  EXTRA_ARGS "--setenv=ZIPCCL_NET_INNER=/nonexistent/libnccl-net-gone.so, libc.so.6"
+  "--setenv=ZIPCCL_TEST_EXPECT_WARN=no plugin of the list could be used: cannot load NCCL net plugin /nonexistent/libnccl-net-gone.so"
+  "--setenv=ZIPCCL_TEST_EXPECT_WARN2=libc.so.6 exports no ncclNetPlugin_v7..v12 table"
   --setenv=ZIPCCL_TEST_EXPECT_RESULT=5)
 # aws-ofi-nccl's init fails when libfabric offers no provider by that name (its second init then
 # succeeds without initialising, so the second WARN is about its devices: both name the library).

@@ -3,6 +3,7 @@
 // the reason, and must not have switched to another transport. One case per process (settings are read
 // once); the case comes as --setenv arguments (tests/inner/inner_tests.cmake):
 //   ZIPCCL_TEST_EXPECT_WARN   text the zipccl WARN must hold
+//   ZIPCCL_TEST_EXPECT_WARN2  optional: more text it must hold (a list names each plugin's reason)
 //   ZIPCCL_TEST_EXPECT_RESULT the ncclResult_t init must return, or "any" (an error the inner chose)
 #include <gtest/gtest.h>
 
@@ -56,6 +57,9 @@ TEST(InnerErrors, InitFailsWithOneWarnNamingTheLibrary) {
       ++ours;
       EXPECT_EQ(l.find("NET/zipccl : ZIPCCL_NET_INNER="), 0u) << l;
       EXPECT_NE(l.find(expect), std::string::npos) << l;
+      if (const char* more = std::getenv("ZIPCCL_TEST_EXPECT_WARN2")) {
+        EXPECT_NE(l.find(more), std::string::npos) << l;
+      }
     }
   }
   EXPECT_EQ(ours, 2);

@@ -93,7 +93,7 @@ ncclResult_t net_init(ncclDebugLogger_t logger) {
   ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "zipccl %s", version_string());
   log_settings_once();
   Transport* t = nullptr;
-  if (!settings().net_inner.empty()) {
+  if (!inner_plugin_list(settings().net_inner).empty()) {  // "none" or blanks: no inner plugin
     // The inner plugin or nothing: a failure returns an error (NCCL falls back to its own transports),
     // never a silent change to another transport.
     bool self = false;

@@ -219,7 +219,8 @@ std::vector<Entry> registry(Settings* s) {
              "socket|ib|auto: ib = RDMA verbs, opt-in until validated on RDMA hardware (auto: ib when an active "
              "port exists)"),
       text("ZIPCCL_NET_INNER", &s->net_inner,
-           "another NCCL net plugin to compress over (name as NCCL_NET_PLUGIN, or a path; empty: none)"),
+           "another NCCL net plugin to compress over (name as NCCL_NET_PLUGIN, or a path; a comma-separated "
+           "list is tried in order, the first that initialises with a device is used; empty or none: none)"),
       integer("ZIPCCL_IB_QPS", &s->ib_qps, 1, 8, "RC queue pairs per RDMA connection"),
       integer("NCCL_IB_TC", &s->ib_tc, 0, kIbTcMax, "RDMA: traffic class of the queue pairs (GRH)"),
       integer("NCCL_IB_SL", &s->ib_sl, 0, kIbSlMax, "RDMA: service level of the queue pairs"),

@@ -53,7 +53,8 @@ struct Settings {
   int io_timeout_ms = 0;  // 0: none; otherwise a stalled transfer fails after this long
   // The verbs path is opt-in until validated on RDMA hardware.
   TransportChoice transport = TransportChoice::kSocket;
-  // Another NCCL net plugin to run under the compressing layer (name as NCCL_NET_PLUGIN, or a path);
+  // Another NCCL net plugin to run under the compressing layer (name as NCCL_NET_PLUGIN, or a path; a
+  // comma-separated list as NCCL_NET_PLUGIN takes one: inner_plugin_list);
   // empty: none. Takes precedence over `transport` (docs/notes/inner.md).
   std::string net_inner;
   int ib_qps = 2;                   // RC queue pairs per RDMA connection

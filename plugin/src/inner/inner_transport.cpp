@@ -24,6 +24,8 @@
 #include "inner/inner_transport.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -31,6 +33,8 @@
 #include <memory>
 #include <mutex>
 #include <vector>
+
+#include <strings.h>
 
 #include "common/log.h"
 #include "common/settings.h"
@@ -867,20 +871,32 @@ ncclResult_t inner_make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props) {
   return ncclSuccess;
 }
 
-ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t logger, Transport** out,
-                                  bool* self) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  *out = nullptr;
-  *self = false;
-  if (g_transport) {
-    *out = g_transport;
-    return ncclSuccess;
+std::vector<std::string> inner_plugin_list(const std::string& value) {
+  std::vector<std::string> names;
+  size_t begin = 0;
+  while (begin <= value.size()) {
+    size_t end = value.find(',', begin);
+    if (end == std::string::npos) end = value.size();
+    size_t a = begin, b = end;
+    while (a < b && std::isspace(static_cast<unsigned char>(value[a]))) ++a;
+    while (b > a && std::isspace(static_cast<unsigned char>(value[b - 1]))) --b;
+    if (b > a) names.push_back(value.substr(a, b - a));
+    begin = end + 1;
   }
+  if (names.size() == 1 && strcasecmp(names[0].c_str(), "none") == 0) names.clear();
+  return names;
+}
+
+namespace {
+
+// One candidate of ZIPCCL_NET_INNER: opened, recognised as this library (*self), or initialised with
+// its devices listed. On failure: the error, and in *why the reason, naming the library.
+ncclResult_t try_inner(const std::string& name, ncclDebugLogger_t logger, std::unique_ptr<InnerNet>* out,
+                       std::vector<InnerProps>* props_out, bool* self, std::string* why) {
   std::string error;
   std::unique_ptr<InnerNet> net = open_inner_net(name, &error);
   if (!net) {
-    ZIPCCL_WARN("ZIPCCL_NET_INNER=%s: %s; zipccl does not initialise (NCCL falls back to its own transports)",
-                name.c_str(), error.c_str());
+    *why = error;
     return ncclInvalidUsage;
   }
   if (net->is_self()) {
@@ -889,9 +905,10 @@ ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t log
   }
   ncclResult_t r = net->init(logger);
   if (r != ncclSuccess) {
-    ZIPCCL_WARN("ZIPCCL_NET_INNER=%s: init of %s (%s, ABI v%d) failed with error %d (its own message is "
-                "above); zipccl does not initialise (NCCL falls back to its own transports)",
-                name.c_str(), net->library().c_str(), net->name(), net->version(), static_cast<int>(r));
+    char text[512];
+    std::snprintf(text, sizeof text, "init of %s (%s, ABI v%d) failed with error %d (its own message is above)",
+                  net->library().c_str(), net->name(), net->version(), static_cast<int>(r));
+    *why = text;
     return r;
   }
   int n = 0;
@@ -899,12 +916,49 @@ ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t log
   std::vector<InnerProps> props(n > 0 ? n : 0);
   for (int i = 0; r == ncclSuccess && i < n; ++i) r = net->properties(i, &props[i]);
   if (r != ncclSuccess || n <= 0) {
-    ZIPCCL_WARN("ZIPCCL_NET_INNER=%s: %s (%s) %s; zipccl does not initialise", name.c_str(),
-                net->library().c_str(), net->name(),
-                r != ncclSuccess ? "failed to list its devices" : "has no devices");
+    *why = net->library() + " (" + net->name() + ") " +
+           (r != ncclSuccess ? "failed to list its devices" : "has no devices");
     net->finalize();
     return r != ncclSuccess ? r : ncclSystemError;
   }
+  *out = std::move(net);
+  *props_out = std::move(props);
+  return ncclSuccess;
+}
+
+}  // namespace
+
+ncclResult_t open_inner_transport(const std::string& value, ncclDebugLogger_t logger, Transport** out,
+                                  bool* self) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *out = nullptr;
+  *self = false;
+  if (g_transport) {
+    *out = g_transport;
+    return ncclSuccess;
+  }
+  // NCCL_NET_PLUGIN's convention: names in order of preference, the first that loads, initialises and
+  // has a device is the one.
+  const std::vector<std::string> names = inner_plugin_list(value);
+  std::unique_ptr<InnerNet> net;
+  std::vector<InnerProps> props;
+  std::string failures;
+  ncclResult_t r = ncclInvalidUsage;
+  for (const std::string& name : names) {
+    std::string why;
+    r = try_inner(name, logger, &net, &props, self, &why);
+    if (r == ncclSuccess) break;
+    if (names.size() > 1) ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "ZIPCCL_NET_INNER=%s: %s; trying the next", value.c_str(), why.c_str());
+    failures += (failures.empty() ? "" : "; ") + why;
+  }
+  if (r != ncclSuccess) {
+    ZIPCCL_WARN("ZIPCCL_NET_INNER=%s: %s%s; zipccl does not initialise (NCCL falls back to its own transports)",
+                value.c_str(), names.size() > 1 ? "no plugin of the list could be used: " : "",
+                names.empty() ? "names no plugin" : failures.c_str());
+    return r;
+  }
+  if (*self) return ncclSuccess;
+  const int n = static_cast<int>(props.size());
   ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "inner plugin %s (%s), ABI v%d, %d device(s)", net->library().c_str(),
               net->name(), net->version(), n);
   for (int i = 0; i < n; ++i) {

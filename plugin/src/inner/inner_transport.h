@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "nccl/net_common.h"
 #include "nccl/net_v12.h"
@@ -11,12 +12,18 @@
 namespace zipccl {
 namespace net {
 
-// Opens and initialises the plugin `name` (NCCL's NCCL_NET_PLUGIN resolution) once per process, with
-// NCCL's logger, so its own messages reach NCCL's log. On failure: one WARN naming the library and the
-// reason, *out == nullptr and an error (ncclInvalidUsage: not found / no usable table; else the inner
-// init's own result). *self: `name` is the library this code runs in (zipccl loaded as the inner plugin
+// ZIPCCL_NET_INNER's value as NCCL reads NCCL_NET_PLUGIN: comma-separated names or paths, blanks
+// around them dropped; "none" (any case) alone names nothing.
+std::vector<std::string> inner_plugin_list(const std::string& value);
+
+// Opens and initialises the first plugin of `value`'s list (inner_plugin_list; each resolved as NCCL
+// resolves NCCL_NET_PLUGIN) that loads, initialises and has a device, once per process, with NCCL's
+// logger, so its own messages reach NCCL's log. A plugin that fails is closed again, with an INFO, and
+// the next is tried. When none is left: one WARN naming each library and its reason, *out == nullptr
+// and the last plugin's error (ncclInvalidUsage: not found / no usable table; else its init's own
+// result). *self: the plugin chosen is the library this code runs in (zipccl loaded as the inner plugin
 // of another zipccl): nothing is opened, the caller uses its built-in transports.
-ncclResult_t open_inner_transport(const std::string& name, ncclDebugLogger_t logger, Transport** out,
+ncclResult_t open_inner_transport(const std::string& value, ncclDebugLogger_t logger, Transport** out,
                                   bool* self);
 // Calls the inner plugin's finalize (once) and forgets the transport; a later open starts afresh.
 // Only after every connection of it has closed.
