@@ -25,13 +25,13 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include <strings.h>
@@ -905,10 +905,8 @@ ncclResult_t try_inner(const std::string& name, ncclDebugLogger_t logger, std::u
   }
   ncclResult_t r = net->init(logger);
   if (r != ncclSuccess) {
-    char text[512];
-    std::snprintf(text, sizeof text, "init of %s (%s, ABI v%d) failed with error %d (its own message is above)",
-                  net->library().c_str(), net->name(), net->version(), static_cast<int>(r));
-    *why = text;
+    *why = "init of " + net->library() + " (" + net->name() + ", ABI v" + std::to_string(net->version()) +
+           ") failed with error " + std::to_string(static_cast<int>(r)) + " (its own message is above)";
     return r;
   }
   int n = 0;
@@ -948,7 +946,9 @@ ncclResult_t open_inner_transport(const std::string& value, ncclDebugLogger_t lo
     std::string why;
     r = try_inner(name, logger, &net, &props, self, &why);
     if (r == ncclSuccess) break;
-    if (names.size() > 1) ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "ZIPCCL_NET_INNER=%s: %s; trying the next", value.c_str(), why.c_str());
+    if (names.size() > 1) {
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "ZIPCCL_NET_INNER=%s: %s; trying the next", value.c_str(), why.c_str());
+    }
     failures += (failures.empty() ? "" : "; ") + why;
   }
   if (r != ncclSuccess) {

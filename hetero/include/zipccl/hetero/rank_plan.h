@@ -90,18 +90,19 @@ struct ReceivedTotals {
   bool colocated = false;
 };
 // Everything a per-rank plan sizes by the world rather than by the rank's own work, kept by
-// RankPlanner so that a miss (a new micro-batch) reuses it: at 16,384 ranks ~0.5 MB.
+// RankPlanner so that a miss (a new micro-batch) reuses it: ~1 MB at 16,384 ranks.
 struct RankWorkspace {
   PlacementTables source, destination;
   // Each boundary module's party per rank of its span (LazyPlacement::party_of_rank_cached): a
-  // function of the layout alone, so built once per module, not per micro-batch. Slot 0 is the
-  // LLM's, slot 1 the encoder's; `module` says whose table a slot holds.
+  // function of the layout alone, so built once per module, not per micro-batch. One slot per role,
+  // so the two modules of a boundary never share one whichever way it is planned; `module` says
+  // whose table a slot holds (another encoder's replaces it).
   struct PartyTable {
     const Module* module = nullptr;
     std::vector<int> party;
   } party_tables[2];
-  std::vector<int>& party_table(int slot, const Module& m) {
-    PartyTable& t = party_tables[slot];
+  std::vector<int>& party_table(const Module& m) {
+    PartyTable& t = party_tables[m.role() == Role::llm ? 0 : 1];
     if (t.module != &m) {
       t.module = &m;
       t.party.clear();

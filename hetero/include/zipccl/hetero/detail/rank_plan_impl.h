@@ -451,9 +451,9 @@ class RankPlanBuilder {
   RankPlanBuilder(const Layout& layout, int encoder, const BoundaryBatch& batch, Direction direction, int rank,
                   std::size_t limit, RankWorkspace& workspace)
       : ps_(source_module(layout, encoder, direction), batch, workspace.source,
-            workspace.party_table(direction == Direction::forward ? 1 : 0, source_module(layout, encoder, direction))),
+            workspace.party_table(source_module(layout, encoder, direction))),
         pd_(destination_module(layout, encoder, direction), batch, workspace.destination,
-            workspace.party_table(direction == Direction::forward ? 0 : 1, destination_module(layout, encoder, direction))),
+            workspace.party_table(destination_module(layout, encoder, direction))),
         budget_(layout, encoder, direction, limit),
         rank_(rank),
         row_bytes_(batch.row_bytes()),
