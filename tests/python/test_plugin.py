@@ -68,8 +68,103 @@ def test_enable_sets_the_environment(clean_env):
     with pytest.raises(TypeError, match="min_byte"):
         zipccl.enable(min_byte=1)
     # The names come from the plugin's own registry: a setting added there is accepted here.
-    assert zipccl.enable("auto", net_inner="ofi")["ZIPCCL_NET_INNER"] == "ofi"
+    assert zipccl.enable("auto", ib_qps=2)["ZIPCCL_IB_QPS"] == "2"
 
+
+
+def _enable_recording(*args, **kwargs):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        env = zipccl.enable(*args, **kwargs)
+    return env, [str(w.message) for w in record]
+
+
+def test_enable_wraps_the_nccl_net_plugin_it_replaces(clean_env, monkeypatch):
+    # On EFA nodes NCCL_NET_PLUGIN=ofi: replacing it would move the traffic to TCP.
+    monkeypatch.setenv("NCCL_NET_PLUGIN", "ofi")
+    env, said = _enable_recording()
+    assert env["NCCL_NET_PLUGIN"] == os.environ["NCCL_NET_PLUGIN"] == zipccl.plugin_path()
+    assert env["ZIPCCL_NET_INNER"] == os.environ["ZIPCCL_NET_INNER"] == "ofi"
+    assert said == ["zipccl.enable: NCCL_NET_PLUGIN=ofi (environment) becomes ZIPCCL_NET_INNER=ofi: "
+                    "zipccl compresses over it"]
+    # Again in the same process: NCCL_NET_PLUGIN is zipccl now, the inner plugin stays, nothing said.
+    env, said = _enable_recording()
+    assert env["ZIPCCL_NET_INNER"] == "ofi" and said == []
+
+
+def test_enable_wraps_the_nccl_net_plugin_of_a_configuration_file(clean_env, monkeypatch):
+    conf = clean_env / "nccl.conf"
+    conf.write_text("NCCL_NET_PLUGIN = ofi  # EFA\n")
+    monkeypatch.setenv("NCCL_CONF_FILE", str(conf))
+    env, said = _enable_recording()
+    assert env["ZIPCCL_NET_INNER"] == os.environ["ZIPCCL_NET_INNER"] == "ofi"
+    assert said == [f"zipccl.enable: NCCL_NET_PLUGIN=ofi ({conf}) becomes ZIPCCL_NET_INNER=ofi: "
+                    "zipccl compresses over it"]
+    # The environment wins over the file, as in NCCL; the file's other plugin is still pointed out.
+    monkeypatch.setenv("NCCL_NET_PLUGIN", "/opt/efa/libnccl-net.so")
+    monkeypatch.delenv("ZIPCCL_NET_INNER")
+    env, said = _enable_recording()
+    assert env["ZIPCCL_NET_INNER"] == "/opt/efa/libnccl-net.so"
+    assert said[0].startswith("zipccl.enable: NCCL_NET_PLUGIN=/opt/efa/libnccl-net.so (environment) becomes")
+    assert any(f"{conf} sets NCCL_NET_PLUGIN=ofi" in s for s in said[1:])
+
+
+def test_enable_never_wraps_zipccl_itself(clean_env, monkeypatch):
+    link = clean_env / "libnccl-net-mine.so"
+    link.symlink_to(zipccl.plugin_path())
+    monkeypatch.setenv("NCCL_NET_PLUGIN", f"zipccl, {link},ofi,{zipccl.plugin_path()},libnccl-net-zipccl.so")
+    env, said = _enable_recording()
+    assert env["ZIPCCL_NET_INNER"] == "ofi"
+    assert said == [f"zipccl.enable: NCCL_NET_PLUGIN=zipccl, {link},ofi,{zipccl.plugin_path()},libnccl-net-zipccl.so "
+                    "(environment) becomes ZIPCCL_NET_INNER=ofi: zipccl compresses over it"]
+    for alone in ("zipccl", "libnccl-net-zipccl.so", zipccl.plugin_path(), str(link), f"{link},zipccl", "None",
+                  ""):
+        monkeypatch.setenv("NCCL_NET_PLUGIN", alone)
+        monkeypatch.delenv("ZIPCCL_NET_INNER", raising=False)
+        env, said = _enable_recording()
+        assert "ZIPCCL_NET_INNER" not in env and "ZIPCCL_NET_INNER" not in os.environ, alone
+        assert said == [], alone
+
+
+def test_enable_inner_argument_chooses(clean_env, monkeypatch):
+    monkeypatch.setenv("NCCL_NET_PLUGIN", "ofi")
+    for opt_out in ({"inner": None}, {"net_inner": None}, {"inner": "none"}, {"inner": []}):
+        env, said = _enable_recording(**opt_out)
+        assert env["ZIPCCL_NET_INNER"] == os.environ["ZIPCCL_NET_INNER"] == "none", opt_out
+        assert said == [], opt_out
+        monkeypatch.setenv("NCCL_NET_PLUGIN", "ofi")
+    assert zipccl.enable(inner="ib-vendor")["ZIPCCL_NET_INNER"] == "ib-vendor"
+    assert zipccl.enable(net_inner="ib-vendor")["ZIPCCL_NET_INNER"] == "ib-vendor"
+    assert zipccl.enable(inner=["ofi", "/opt/x/libnccl-net.so"])["ZIPCCL_NET_INNER"] == "ofi,/opt/x/libnccl-net.so"
+    with pytest.raises(TypeError, match="inner= and net_inner="):
+        zipccl.enable(inner="ofi", net_inner="ofi")
+    with pytest.raises(TypeError, match="inner= takes"):
+        zipccl.enable(inner=3)
+
+
+def test_enable_keeps_an_explicit_zipccl_net_inner(clean_env, monkeypatch):
+    monkeypatch.setenv("NCCL_NET_PLUGIN", "ofi")
+    monkeypatch.setenv("ZIPCCL_NET_INNER", "ofi")
+    env, said = _enable_recording()
+    assert env["ZIPCCL_NET_INNER"] == "ofi" and said == []
+    monkeypatch.setenv("NCCL_NET_PLUGIN", "ofi")
+    monkeypatch.setenv("ZIPCCL_NET_INNER", "none")
+    env, said = _enable_recording()
+    assert env["ZIPCCL_NET_INNER"] == os.environ["ZIPCCL_NET_INNER"] == "none"
+    assert said == ["zipccl.enable: NCCL_NET_PLUGIN=ofi (environment) is not wrapped: ZIPCCL_NET_INNER=none "
+                    "(environment) is kept; pass inner= to choose"]
+    # From a configuration file too (NCCL sets the plugin's variables from it as well).
+    conf = clean_env / "nccl.conf"
+    conf.write_text("ZIPCCL_NET_INNER=/opt/x/libnccl-net.so\n")
+    monkeypatch.setenv("NCCL_CONF_FILE", str(conf))
+    monkeypatch.delenv("ZIPCCL_NET_INNER")
+    monkeypatch.setenv("NCCL_NET_PLUGIN", "ofi")
+    env, said = _enable_recording()
+    assert env["ZIPCCL_NET_INNER"] == "/opt/x/libnccl-net.so"
+    assert len(said) == 1 and f"ZIPCCL_NET_INNER=/opt/x/libnccl-net.so ({conf}) is kept" in said[0]
+    # An argument wins over what is set.
+    monkeypatch.setenv("NCCL_NET_PLUGIN", "ofi")
+    assert zipccl.enable(inner="ofi")["ZIPCCL_NET_INNER"] == os.environ["ZIPCCL_NET_INNER"] == "ofi"
 
 def test_a_fresh_process_loading_the_plugin_as_nccl_does_finds_zipccl(clean_env):
     zipccl.enable()

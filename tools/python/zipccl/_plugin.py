@@ -3,7 +3,7 @@ import json
 import os
 import sys
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _zipccl
 from ._paths import plugin_path
@@ -36,6 +36,64 @@ def _read_conf(path: str) -> Dict[str, str]:
     return out
 
 
+def _nccl_setting(name: str) -> Optional[Tuple[str, str]]:
+    # (value, where) of `name` as NCCL settles it: the environment, else the first configuration file
+    # that sets it (NCCL's setenv does not overwrite). None when nothing sets it.
+    if name in os.environ:
+        return os.environ[name], "environment"
+    for conf in _nccl_conf_files():
+        value = _read_conf(conf).get(name)
+        if value is not None:
+            return value, conf
+    return None
+
+
+def _plugin_list(value: str) -> List[str]:
+    # As NCCL reads NCCL_NET_PLUGIN (and the plugin ZIPCCL_NET_INNER): comma-separated names or paths,
+    # blanks around them dropped; "none" (any case) names no plugin.
+    return [v.strip() for v in value.split(",") if v.strip() and v.strip().lower() != "none"]
+
+
+def _is_this_plugin(entry: str, path: str) -> bool:
+    # NCCL resolves a name to libnccl-net-<name>.so; a path may be a symlink to the wheel's copy.
+    if entry in (PLUGIN_NAME, os.path.basename(path)):
+        return True
+    try:
+        return os.path.samefile(entry, path)
+    except OSError:
+        return False
+
+
+def _other_plugins(value: str, path: str) -> List[str]:
+    return [e for e in _plugin_list(value) if not _is_this_plugin(e, path)]
+
+
+class _FromNccl:
+    def __repr__(self) -> str:
+        return "<from NCCL_NET_PLUGIN>"
+
+
+_FROM_NCCL: Any = _FromNccl()
+
+
+def _inner_from_nccl(path: str) -> Tuple[Optional[str], Optional[str]]:
+    # (ZIPCCL_NET_INNER to set, the warning that says so) for the plugin NCCL would load now, without
+    # zipccl's own entries: zipccl never wraps itself. A ZIPCCL_NET_INNER already set is kept.
+    plugin = _nccl_setting("NCCL_NET_PLUGIN")
+    wrap = _other_plugins(plugin[0], path) if plugin else []
+    explicit = _nccl_setting("ZIPCCL_NET_INNER")
+    if explicit is not None:
+        if plugin and wrap and _plugin_list(explicit[0]) != wrap:
+            return explicit[0], (f"zipccl.enable: NCCL_NET_PLUGIN={plugin[0]} ({plugin[1]}) is not wrapped: "
+                                 f"ZIPCCL_NET_INNER={explicit[0]} ({explicit[1]}) is kept; pass inner= to choose")
+        return explicit[0], None
+    if not plugin or not wrap:
+        return None, None
+    inner = ",".join(wrap)
+    return inner, (f"zipccl.enable: NCCL_NET_PLUGIN={plugin[0]} ({plugin[1]}) becomes ZIPCCL_NET_INNER={inner}: "
+                   "zipccl compresses over it")
+
+
 def _nccl_loaded() -> bool:
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
@@ -55,7 +113,8 @@ def _torch_process_group_exists() -> bool:
         return False
 
 
-def enable(policy: str = "auto", *, stats_file: Optional[str] = None, **settings: Any) -> Dict[str, str]:
+def enable(policy: str = "auto", *, stats_file: Optional[str] = None,
+           inner: Union[None, str, Sequence[str]] = _FROM_NCCL, **settings: Any) -> Dict[str, str]:
     """Makes NCCL in this process (and the processes it starts) use zipccl's net plugin.
 
     Call before ``torch.distributed.init_process_group``: sets ``NCCL_NET_PLUGIN`` to this wheel's
@@ -65,6 +124,14 @@ def enable(policy: str = "auto", *, stats_file: Optional[str] = None, **settings
     set. Warns when NCCL is already loaded or a process group exists (NCCL reads the plugin setting
     once, at its first communicator), and when an NCCL configuration file or ``NCCL_NET`` chooses
     something else.
+
+    ``inner``: the NCCL net plugin zipccl compresses over (``ZIPCCL_NET_INNER``): a name as
+    ``NCCL_NET_PLUGIN`` takes it (``"ofi"``), a path, or a list tried in order. ``None`` wraps nothing
+    (``ZIPCCL_NET_INNER=none``: zipccl's own transports). Left out, the plugin NCCL would have loaded
+    (``NCCL_NET_PLUGIN`` from the environment, else from NCCL's configuration files) is kept under
+    zipccl, without zipccl's own entries, with a warning that names it (e.g. ``ofi`` on EFA nodes, so
+    that traffic stays on EFA); a ``ZIPCCL_NET_INNER`` already set is kept. ``net_inner=`` is the same
+    setting; give one of the two.
     """
     if policy not in _POLICIES:
         raise ValueError(f"zipccl.enable: policy must be one of {', '.join(_POLICIES)}; not {policy!r}")
@@ -74,6 +141,10 @@ def enable(policy: str = "auto", *, stats_file: Optional[str] = None, **settings
     env = {"NCCL_NET_PLUGIN": path, "ZIPCCL_COMPRESS": policy}
     if stats_file is not None:
         env["ZIPCCL_STATS_FILE"] = os.path.abspath(stats_file)
+    for key in [k for k in settings if k.upper() == "NET_INNER"]:
+        if inner is not _FROM_NCCL:
+            raise TypeError(f"zipccl.enable: inner= and {key}= both name ZIPCCL_NET_INNER; give one of them")
+        inner = settings.pop(key)
     for key, value in settings.items():
         name = key.upper()
         if name not in _SETTINGS or name in ("COMPRESS", "STATS_FILE"):
@@ -82,6 +153,20 @@ def enable(policy: str = "auto", *, stats_file: Optional[str] = None, **settings
         if isinstance(value, bool):
             value = int(value)
         env["ZIPCCL_" + name] = str(value)
+    if inner is _FROM_NCCL:
+        value, said = _inner_from_nccl(path)
+        if value is not None:
+            env["ZIPCCL_NET_INNER"] = value
+        if said is not None:
+            warnings.warn(said, RuntimeWarning, stacklevel=2)
+    elif inner is None:
+        env["ZIPCCL_NET_INNER"] = "none"
+    else:
+        names = [inner] if isinstance(inner, str) else inner
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise TypeError(f"zipccl.enable: inner= takes a plugin name or path, a list of them, or None; "
+                            f"not {inner!r}")
+        env["ZIPCCL_NET_INNER"] = ",".join(n.strip() for n in names if n.strip()) or "none"
 
     if _nccl_loaded() or _torch_process_group_exists():
         warnings.warn("zipccl.enable: NCCL is already loaded or a torch.distributed process group exists in "
@@ -91,7 +176,8 @@ def enable(policy: str = "auto", *, stats_file: Optional[str] = None, **settings
     for conf in _nccl_conf_files():
         values = _read_conf(conf)
         other = values.get("NCCL_NET_PLUGIN")
-        if other is not None and other != path:
+        others = _other_plugins(other or "", path)
+        if others and others != _plugin_list(env.get("ZIPCCL_NET_INNER", "")):  # not what zipccl wraps
             warnings.warn(f"zipccl.enable: {conf} sets NCCL_NET_PLUGIN={other}; this process's environment wins, "
                           "but processes started without zipccl.enable() load that plugin instead",
                           RuntimeWarning, stacklevel=2)
