@@ -29,6 +29,7 @@
 #include "abi/net.h"
 #include "common/settings.h"
 #include "common/version.h"
+#include "fabric/fabric.h"
 #include "zipccl/net_client.h"
 
 namespace zipccl {
@@ -230,37 +231,13 @@ const char* result_name(ncclResult_t r) {
   }
 }
 
-// The plugin name NCCL would be told, and where it was told. NCCL reads NCCL_NET_PLUGIN from the
-// environment first, then from $NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf.
+// The plugin name NCCL would be told, and where it was told (fabric/fabric.h: the environment, then
+// NCCL's config files).
 std::string configured_plugin(std::string* source) {
-  if (const char* e = std::getenv("NCCL_NET_PLUGIN"); e && *e) {
-    *source = "environment";
-    return e;
-  }
-  std::vector<std::string> files;
-  if (const char* c = std::getenv("NCCL_CONF_FILE"); c && *c) {
-    files.push_back(c);
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
-    files.push_back(std::string(h) + "/.nccl.conf");
-  }
-  files.push_back("/etc/nccl.conf");
-  for (const std::string& f : files) {
-    std::ifstream in(f);
-    std::string line;
-    while (std::getline(in, line)) {
-      size_t s = line.find_first_not_of(" \t");
-      if (s == std::string::npos || line[s] == '#') continue;
-      if (line.compare(s, 16, "NCCL_NET_PLUGIN=") != 0) continue;
-      std::string v = line.substr(s + 16);
-      while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r')) v.pop_back();
-      *source = f;
-      return v;
-    }
-  }
-  return "";
+  std::vector<std::string> problems;  // said in the fabric section
+  return net::nccl_net_plugin_setting(net::settings().fabric_root, source, &problems);
 }
 
-// ---- the settings table ----
 std::string md_cell(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -474,8 +451,58 @@ void check_settings(Check& c) {
 
 }
 
+// The node's network and the plugin chain, as the loaded plugin discovers them, and the decision its
+// init takes (fabric/fabric.h): the same code, so doctor and plugin cannot disagree.
+net::FabricDecision check_fabric(const Loaded& l, Check& c) {
+  Dl_info info{};
+  const void* self = l.table && dladdr(l.table, &info) ? info.dli_fbase : nullptr;
+  const net::Fabric f = net::discover_fabric(net::settings().fabric_root, self);
+  const net::FabricDecision d = net::decide(f, net::settings());
+  std::printf("\nfabric%s\n", net::settings().fabric_root.empty()
+                                   ? ""
+                                   : (" (under ZIPCCL_FABRIC_ROOT=" + net::settings().fabric_root + ")").c_str());
+  if (f.rdma.empty()) std::printf("  rdma      none\n");
+  for (const net::RdmaPort& p : f.rdma) {
+    std::printf("  rdma      %s:%d %-12s %-11s %g Gbit/s  driver %s%s\n", p.device.c_str(), p.port,
+                p.link_layer.empty() ? "?" : p.link_layer.c_str(), p.state.c_str(), p.rate_gbps,
+                p.driver.empty() ? "?" : p.driver.c_str(),
+                p.efa() ? "  (EFA)" : p.soft() ? "  (emulated RDMA: not counted)" : "");
+  }
+  for (const net::NetIface& i : f.net) {
+    if (i.name == "lo") continue;
+    std::printf("  net       %-12s %s  %s%s\n", i.name.c_str(),
+                i.speed_mbps > 0 ? (std::to_string(i.speed_mbps) + " Mbit/s").c_str() : "speed ?",
+                i.up ? "up" : "down", i.vendor.empty() ? "" : ("  vendor " + i.vendor).c_str());
+  }
+  std::printf("  chain     NCCL_NET_PLUGIN=%s%s\n", f.configured.empty() ? "(unset)" : f.configured.c_str(),
+              f.configured_from.empty() ? "" : (" (" + f.configured_from + ")").c_str());
+  if (f.replaced.empty()) std::printf("  without   NCCL alone would load no net plugin: its own IB and socket transports\n");
+  for (const net::PluginLib& p : f.replaced) {
+    std::printf("  without   NCCL alone would load %s: %s\n", p.request.c_str(),
+                p.path.empty() ? p.error.c_str()
+                               : (p.path + " ('" + p.net_name + "', ncclNetPlugin_v" + std::to_string(p.abi) + ")" +
+                                  (p.device_unpack() ? ", device-side unpack (TCPX class)" : ""))
+                                     .c_str());
+  }
+  for (const std::string& p : f.problems) c.notes.push_back("fabric: " + p);
+  std::printf("decision    %s (%s%s)\n", net::fabric_action_name(d.action), d.rule.c_str(),
+              d.explicit_choice ? ", set explicitly" : "");
+  std::printf("  why       %s\n", d.why.c_str());
+  if (d.action == net::FabricAction::kWrap) std::printf("  inner     %s\n", d.inner.c_str());
+  if (d.action == net::FabricAction::kStepAside) {
+    std::printf("  then      NCCL goes on with %s\n", net::step_aside_next(f).c_str());
+    std::printf("  compress  %s\n", d.to_compress.c_str());
+  }
+  if (d.slower_than_nccl) c.failures.push_back("slower than NCCL alone: " + d.slower_why);
+  return d;
+}
+
 // init / devices / getProperties through the table NCCL would use, and what the plugin logged.
-std::vector<Device> check_devices(const Options& opt, const Loaded& l, Check& c) {
+std::vector<Device> check_devices(const Options& opt, const Loaded& l, const net::FabricDecision& d, Check& c) {
+  const bool steps_aside = d.action == net::FabricAction::kStepAside;
+  // A plugin the node already uses that has no device or fails its init here would fail NCCL alone just
+  // the same: zipccl stepping aside then changes nothing. Named explicitly, it is a broken setting.
+  const bool auto_wrap = d.action == net::FabricAction::kWrap && !d.explicit_choice;
   std::vector<Device> devices;
   void* lib = l.lib;
   const void* table = l.table;
@@ -514,7 +541,14 @@ std::vector<Device> check_devices(const Options& opt, const Loaded& l, Check& c)
     } else {
       for (const std::string& w : warns) std::printf("  WARN %s\n", w.c_str());
     }
-    if (r != ncclSuccess) {
+    if (r != ncclSuccess && steps_aside && failed == "init()") {
+      std::printf("  init      fails, as it should: zipccl steps aside\n");
+    } else if (r != ncclSuccess && auto_wrap && failed == "init()") {
+      std::printf("  init      fails: the node's plugin did not come up here (WARN below), so zipccl steps aside; "
+                  "NCCL alone would not use it either\n");
+    } else if (steps_aside) {
+      c.failures.push_back("the decision is to step aside, but the plugin's init did not fail");
+    } else if (r != ncclSuccess) {
       std::string why = "the plugin's " + failed + " returned " + result_name(r);
       if (!warns.empty()) why += ": " + warns.back();
       c.failures.push_back(why);
@@ -533,7 +567,10 @@ int run_check(const Options& opt) {
   const Target t = check_nccl(opt, c);
   const Loaded l = check_tables(t, c);
   check_settings(c);
-  const std::vector<Device> devices = check_devices(opt, l, c);
+  const net::FabricDecision d = check_fabric(l, c);
+  const std::vector<Device> devices = check_devices(opt, l, d, c);
+  const bool aside = d.action == net::FabricAction::kStepAside ||
+                     (d.action == net::FabricAction::kWrap && !d.explicit_choice && devices.empty());
   std::printf("\n");
   for (const std::string& n : c.notes) std::printf("note: %s\n", n.c_str());
   if (!c.failures.empty()) {
@@ -541,14 +578,24 @@ int run_check(const Options& opt) {
     std::printf("verdict: FAIL: %s\n", c.failures[0].c_str());
     return 1;
   }
+  if (aside) {
+    std::printf("verdict: OK: zipccl steps aside (%s): NCCL runs exactly as without it; to compress here: %s\n",
+                d.rule.c_str(),
+                d.to_compress.empty() ? ("bring up " + d.inner + " on this node (its WARN above says why)").c_str()
+                                      : d.to_compress.c_str());
+    return 0;
+  }
   std::string devs;
-  for (const Device& d : devices) devs += (devs.empty() ? "" : ",") + d.name;
+  for (const Device& dev : devices) devs += (devs.empty() ? "" : ",") + dev.name;
+  const std::string over = d.action == net::FabricAction::kWrap ? "over the inner plugin " + d.inner
+                           : d.action == net::FabricAction::kIb ? std::string("over zipccl's RDMA transport")
+                                                                : std::string("over TCP");
   std::printf(
       "verdict: OK: NCCL %s would load %s through ncclNetPlugin_v%d with %zu device(s) (%s), compression "
-      "%s%s\n",
+      "%s %s%s\n",
       t.ver.known ? (std::to_string(t.ver.major) + "." + std::to_string(t.ver.minor)).c_str() : "2.30+",
       zipccl_net_table_name(l.table), l.abi, devices.size(), devs.c_str(),
-      net::compress_mode_name(net::settings().compress),
+      net::compress_mode_name(net::settings().compress), over.c_str(),
       t.configured.empty() ? ", once NCCL_NET_PLUGIN=zipccl is set (see the note)" : "");
   return 0;
 }

@@ -38,6 +38,7 @@ ROLE = {
     "socket": "TCP transport (streams, wire format) and interface selection",
     "rdma": "RDMA transport: protocol over the Fabric seam, verbs, device selection",
     "inner": "another NCCL net plugin as transport",
+    "fabric": "what the node's network is and what zipccl does there (wrap, TCP, step aside)",
     "gpu": "GPU path: device operations (CUDA), per-comm channel, landing kernel",
     "common": "settings registry, units, logger, version",
     "testing": "test doubles: GPU emulation, loopback fabric (never in the shipped .so)",

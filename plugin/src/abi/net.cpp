@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/settings.h"
 #include "common/version.h"
+#include "fabric/fabric.h"
 #include "gpu/gpu_path.h"
 #include "inner/inner_transport.h"
 #include "layer/comm.h"
@@ -45,6 +46,7 @@ std::mutex g_dev_mu;
 std::deque<DeviceInfo> g_devices;
 int g_contexts = 0;  // v11+ init/finalize reference count
 bool g_inner = false;  // g_transport runs over ZIPCCL_NET_INNER's plugin
+bool g_stepped_aside = false;  // the step-aside WARN was logged
 
 template <typename T>
 T* as(void* p, uint32_t magic) {
@@ -92,22 +94,47 @@ ncclResult_t net_init(ncclDebugLogger_t logger) {
   // First, so that a bug report's log says which build it came from (zipccl doctor reads it back).
   ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "zipccl %s", version_string());
   log_settings_once();
+  // What this node's network is and what zipccl does on it (fabric/fabric.h, README "Which fabric?").
+  const FabricDecision& d = node_decision();
+  for (const std::string& p : node_fabric().problems) ZIPCCL_WARN("fabric: %s", p.c_str());
+  ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "fabric: %s -> %s (%s%s)", d.why.c_str(), fabric_action_name(d.action),
+              d.rule.c_str(), d.explicit_choice ? ", set explicitly" : "");
+  if (d.slower_than_nccl) ZIPCCL_WARN("this configuration is slower than NCCL alone: %s", d.slower_why.c_str());
   Transport* t = nullptr;
-  if (!inner_plugin_list(settings().net_inner).empty()) {  // "none" or blanks: no inner plugin
-    // The inner plugin or nothing: a failure returns an error (NCCL falls back to its own transports),
-    // never a silent change to another transport.
-    bool self = false;
-    ZIPCCL_CHECK(open_inner_transport(settings().net_inner, logger, &t, &self));
-    if (self) {
-      ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
-                  "ZIPCCL_NET_INNER=%s names this library: loaded as the inner plugin of another zipccl, it "
-                  "carries bytes only (built-in transport, ZIPCCL_COMPRESS=never)",
-                  settings().net_inner.c_str());
-      settings_inner_role();
+  switch (d.action) {
+    case FabricAction::kStepAside:
+      // Once per process: NCCL calls init for every communicator.
+      if (!g_stepped_aside) {
+        g_stepped_aside = true;
+        ZIPCCL_WARN("zipccl steps aside: %s. NCCL goes on with %s. To compress here: %s", d.why.c_str(),
+                    step_aside_next(node_fabric()).c_str(), d.to_compress.c_str());
+      }
+      return ncclSystemError;
+    case FabricAction::kWrap: {
+      // The inner plugin or nothing: a failure returns an error (NCCL falls back to its own transports),
+      // never a silent change to another transport.
+      bool self = false;
+      const std::string origin =
+          d.explicit_choice ? "ZIPCCL_NET_INNER=" + d.inner : "the node's net plugin " + d.inner + " (fabric decision)";
+      ZIPCCL_CHECK(open_inner_transport(d.inner, origin, logger, &t, &self));
+      if (self) {
+        ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
+                    "ZIPCCL_NET_INNER=%s names this library: loaded as the inner plugin of another zipccl, it "
+                    "carries bytes only (built-in transport, ZIPCCL_COMPRESS=never)",
+                    d.inner.c_str());
+        settings_inner_role();
+      }
+      g_inner = !self;
+      if (!t) t = pick_transport(TransportChoice::kSocket);
+      break;
     }
-    g_inner = !self;
+    case FabricAction::kIb:
+      t = pick_transport(TransportChoice::kIb);
+      break;
+    case FabricAction::kSocket:
+      t = pick_transport(TransportChoice::kSocket);
+      break;
   }
-  if (!t) t = pick_transport(settings().transport);
   if (!t) return ncclSystemError;
   std::deque<DeviceInfo> devs(t->device_count());
   for (int i = 0; i < t->device_count(); ++i) ZIPCCL_CHECK(t->device_info(i, &devs[i]));

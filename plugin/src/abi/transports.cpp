@@ -18,17 +18,15 @@ constexpr TransportEntry kTransports[] = {
 }  // namespace
 
 Transport* pick_transport(TransportChoice want) {
-  bool built = want == TransportChoice::kAuto;
+  bool built = false;
   for (const TransportEntry& e : kTransports) {
-    if (want != TransportChoice::kAuto && e.choice != want) continue;
+    if (e.choice != want) continue;
     built = true;
     if (e.choice == TransportChoice::kSocket) break;
     Transport* t = e.factory();
     if (t && t->device_count() > 0) return t;
-    if (want == e.choice) {
-      ZIPCCL_WARN("ZIPCCL_TRANSPORT=%s but no usable %s (see the INFO lines); using the socket transport", e.name,
-                  e.device);
-    }
+    ZIPCCL_WARN("ZIPCCL_TRANSPORT=%s but no usable %s (see the INFO lines); using the socket transport", e.name,
+                e.device);
   }
   if (!built) {
     ZIPCCL_WARN("ZIPCCL_TRANSPORT=%s but this build has no such transport; using sockets", transport_name(want));

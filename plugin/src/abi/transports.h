@@ -1,5 +1,5 @@
-// The transports this build can run over: one {choice, name, factory} table, in the order
-// ZIPCCL_TRANSPORT=auto tries them. The socket transport comes last, as everyone's fallback.
+// The transports of zipccl's own this build can run over: one {choice, name, factory} table. The
+// socket transport comes last, as everyone's fallback.
 #pragma once
 
 #include "common/settings.h"
@@ -15,9 +15,9 @@ struct TransportEntry {
   Transport* (*factory)();  // process-wide instance, created on first call
 };
 
-// ZIPCCL_TRANSPORT's transport: the one asked for when it has devices (auto: the first that has),
-// else the socket transport, with a WARN when one was asked for by name. nullptr when even the
-// socket transport has no interface (its factory WARNs).
+// The transport the fabric decision asked for (socket or ib) when it has devices, else the socket
+// transport, with a WARN. nullptr when even the socket transport has no interface (its factory
+// WARNs).
 Transport* pick_transport(TransportChoice want);
 
 }  // namespace net

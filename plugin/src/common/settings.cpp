@@ -216,11 +216,14 @@ std::vector<Entry> registry(Settings* s) {
       millis("ZIPCCL_IO_TIMEOUT_MS", &s->io_timeout_ms, 0, 3600000,
              "fail a transfer that makes no progress this long (0: never)"),
       choice("ZIPCCL_TRANSPORT", &s->transport,
-             "socket|ib|auto: ib = RDMA verbs, opt-in until validated on RDMA hardware (auto: ib when an active "
-             "port exists)"),
+             "socket|ib|auto: auto = the fabric decision (README \"Which fabric?\": wrap the node's net plugin, "
+             "TCP, or step aside for NCCL's own IB); socket forces TCP; ib = RDMA verbs, opt-in until validated on "
+             "RDMA hardware"),
       text("ZIPCCL_NET_INNER", &s->net_inner,
            "another NCCL net plugin to compress over (name as NCCL_NET_PLUGIN, or a path; a comma-separated "
            "list is tried in order, the first that initialises with a device is used; empty or none: none)"),
+      text("ZIPCCL_FABRIC_ROOT", &s->fabric_root,
+           "tests: read the node's /sys and /etc/nccl.conf under this folder instead of /"),
       integer("ZIPCCL_IB_QPS", &s->ib_qps, 1, 8, "RC queue pairs per RDMA connection"),
       integer("NCCL_IB_TC", &s->ib_tc, 0, kIbTcMax, "RDMA: traffic class of the queue pairs (GRH)"),
       integer("NCCL_IB_SL", &s->ib_sl, 0, kIbSlMax, "RDMA: service level of the queue pairs"),

@@ -14,7 +14,7 @@ namespace net {
 
 enum class CompressMode { kAuto, kAlways, kNever };
 enum class DtypeHint { kAuto, kBf16, kFp16, kFp32 };
-// ZIPCCL_TRANSPORT: auto = RDMA when an active port exists, else sockets.
+// ZIPCCL_TRANSPORT: auto = the fabric decision (fabric/fabric.h); socket or ib forces one.
 enum class TransportChoice { kSocket, kIb, kAuto };
 // ZIPCCL_GPU: off until the device checks (tests/gpu/run_device_checks.sh) pass on a GPU.
 enum class GpuMode { kOff, kOn, kAuto };
@@ -51,12 +51,15 @@ struct Settings {
   int probe_interval = 16;  // auto: sample the codec every N raw messages (backs off)
   int connect_timeout_ms = 30000;
   int io_timeout_ms = 0;  // 0: none; otherwise a stalled transfer fails after this long
-  // The verbs path is opt-in until validated on RDMA hardware.
-  TransportChoice transport = TransportChoice::kSocket;
+  // auto: the fabric decision (fabric/fabric.h); socket or ib: forced. The verbs path is opt-in until
+  // validated on RDMA hardware.
+  TransportChoice transport = TransportChoice::kAuto;
   // Another NCCL net plugin to run under the compressing layer (name as NCCL_NET_PLUGIN, or a path; a
   // comma-separated list as NCCL_NET_PLUGIN takes one: inner_plugin_list);
   // empty: none. Takes precedence over `transport` (docs/notes/inner.md).
   std::string net_inner;
+  // Tests: a folder standing for / when discovering the fabric (sys/class/..., etc/nccl.conf).
+  std::string fabric_root;
   int ib_qps = 2;                   // RC queue pairs per RDMA connection
   // RDMA queue pair attributes, NCCL's variables with NCCL's defaults (ranges above).
   int ib_tc = 0;          // NCCL_IB_TC: GRH traffic class

@@ -70,8 +70,11 @@ struct Fabric {
   double fastest_rdma_gbps() const;  // among active non-soft, non-EFA ports
 };
 
-// Reads the node under `root` ("" = /). Never fails: what it cannot read is a `problems` line.
-Fabric discover_fabric(const std::string& root);
+// Reads the node under `root` ("" = /). `self_base`: the load address (dladdr's dli_fbase) of the
+// zipccl library whose chain this is, so that zipccl is never counted as a plugin to wrap, whatever
+// name or symlink reaches it; nullptr: none is loaded. Never fails: what it cannot read is a
+// `problems` line.
+Fabric discover_fabric(const std::string& root, const void* self_base);
 
 enum class FabricAction {
   kSocket,     // zipccl's TCP transport
@@ -84,7 +87,7 @@ const char* fabric_action_name(FabricAction a);
 struct FabricDecision {
   FabricAction action = FabricAction::kSocket;
   std::string inner;     // kWrap: ZIPCCL_NET_INNER-style list of what to open
-  bool explicit_choice = false;  // ZIPCCL_TRANSPORT / ZIPCCL_NET_INNER decided, not the table
+  bool explicit_choice = false;  // ZIPCCL_TRANSPORT or ZIPCCL_NET_INNER decided, not the table
   std::string rule;      // the table row that decided, one short phrase
   std::string why;       // one sentence: the fabric found and the reason
   std::string to_compress;  // kStepAside: the settings that would compress here
@@ -94,11 +97,23 @@ struct FabricDecision {
   std::string slower_why;
 };
 
-// The decision table (README "Which fabric?"). `s`: the settings (transport, net_inner);
-// `transport_explicit`: ZIPCCL_TRANSPORT came from the environment.
-FabricDecision decide(const Fabric& f, const Settings& s, bool transport_explicit);
+// The decision table (README "Which fabric?"). Reads s.transport (auto: the table; socket or ib:
+// forced) and s.net_inner (set: wrap exactly that; "none": wrap nothing).
+FabricDecision decide(const Fabric& f, const Settings& s);
 
-// This process's fabric and decision: discovered once (ZIPCCL_FABRIC_ROOT or /), thread-safe.
+// NCCL_NET_PLUGIN's effective value: the environment's, else the first of NCCL's config files that sets
+// it (NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf, under `root`); *from names where ("environment"
+// or the file); "" when unset. Malformed config lines are appended to *problems (may be null).
+std::string nccl_net_plugin_setting(const std::string& root, std::string* from, std::vector<std::string>* problems);
+
+// Where zipccl steps aside, what NCCL uses instead: the plugins listed after zipccl, else its own.
+std::string step_aside_next(const Fabric& f);
+
+// NCCL_NET_PLUGIN's (and ZIPCCL_NET_INNER's) list: comma-separated names or paths, blanks around them
+// dropped; "none" (any case) alone names nothing.
+std::vector<std::string> inner_plugin_list(const std::string& value);
+
+// This library's fabric and decision: discovered once (ZIPCCL_FABRIC_ROOT or /), thread-safe.
 const Fabric& node_fabric();
 const FabricDecision& node_decision();
 

@@ -871,22 +871,6 @@ ncclResult_t inner_make_vdevice(int* d, ncclNetVDeviceProps_v12_t* props) {
   return ncclSuccess;
 }
 
-std::vector<std::string> inner_plugin_list(const std::string& value) {
-  std::vector<std::string> names;
-  size_t begin = 0;
-  while (begin <= value.size()) {
-    size_t end = value.find(',', begin);
-    if (end == std::string::npos) end = value.size();
-    size_t a = begin, b = end;
-    while (a < b && std::isspace(static_cast<unsigned char>(value[a]))) ++a;
-    while (b > a && std::isspace(static_cast<unsigned char>(value[b - 1]))) --b;
-    if (b > a) names.push_back(value.substr(a, b - a));
-    begin = end + 1;
-  }
-  if (names.size() == 1 && strcasecmp(names[0].c_str(), "none") == 0) names.clear();
-  return names;
-}
-
 namespace {
 
 // One candidate of ZIPCCL_NET_INNER: opened, recognised as this library (*self), or initialised with
@@ -926,8 +910,8 @@ ncclResult_t try_inner(const std::string& name, ncclDebugLogger_t logger, std::u
 
 }  // namespace
 
-ncclResult_t open_inner_transport(const std::string& value, ncclDebugLogger_t logger, Transport** out,
-                                  bool* self) {
+ncclResult_t open_inner_transport(const std::string& value, const std::string& origin, ncclDebugLogger_t logger,
+                                  Transport** out, bool* self) {
   std::lock_guard<std::mutex> lock(g_mu);
   *out = nullptr;
   *self = false;
@@ -947,13 +931,13 @@ ncclResult_t open_inner_transport(const std::string& value, ncclDebugLogger_t lo
     r = try_inner(name, logger, &net, &props, self, &why);
     if (r == ncclSuccess) break;
     if (names.size() > 1) {
-      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "ZIPCCL_NET_INNER=%s: %s; trying the next", value.c_str(), why.c_str());
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "%s: %s; trying the next", origin.c_str(), why.c_str());
     }
     failures += (failures.empty() ? "" : "; ") + why;
   }
   if (r != ncclSuccess) {
-    ZIPCCL_WARN("ZIPCCL_NET_INNER=%s: %s%s; zipccl does not initialise (NCCL falls back to its own transports)",
-                value.c_str(), names.size() > 1 ? "no plugin of the list could be used: " : "",
+    ZIPCCL_WARN("%s: %s%s; zipccl does not initialise (NCCL falls back to its own transports)", origin.c_str(),
+                names.size() > 1 ? "no plugin of the list could be used: " : "",
                 names.empty() ? "names no plugin" : failures.c_str());
     return r;
   }

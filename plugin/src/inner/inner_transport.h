@@ -5,16 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "fabric/fabric.h"  // inner_plugin_list
 #include "nccl/net_common.h"
 #include "nccl/net_v12.h"
 #include "transport.h"
 
 namespace zipccl {
 namespace net {
-
-// ZIPCCL_NET_INNER's value as NCCL reads NCCL_NET_PLUGIN: comma-separated names or paths, blanks
-// around them dropped; "none" (any case) alone names nothing.
-std::vector<std::string> inner_plugin_list(const std::string& value);
 
 // Opens and initialises the first plugin of `value`'s list (inner_plugin_list; each resolved as NCCL
 // resolves NCCL_NET_PLUGIN) that loads, initialises and has a device, once per process, with NCCL's
@@ -23,8 +20,9 @@ std::vector<std::string> inner_plugin_list(const std::string& value);
 // and the last plugin's error (ncclInvalidUsage: not found / no usable table; else its init's own
 // result). *self: the plugin chosen is the library this code runs in (zipccl loaded as the inner plugin
 // of another zipccl): nothing is opened, the caller uses its built-in transports.
-ncclResult_t open_inner_transport(const std::string& value, ncclDebugLogger_t logger, Transport** out,
-                                  bool* self);
+// `origin` opens the WARN: what asked for this list ("ZIPCCL_NET_INNER=ofi", "the node's net plugin ...").
+ncclResult_t open_inner_transport(const std::string& value, const std::string& origin, ncclDebugLogger_t logger,
+                                  Transport** out, bool* self);
 // Calls the inner plugin's finalize (once) and forgets the transport; a later open starts afresh.
 // Only after every connection of it has closed.
 void finalize_inner_transport();
