@@ -86,7 +86,10 @@ gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.ofi." DISCOVERY_TIMEO
 #    zipccl's init must fail with one WARN naming it, and bring up nothing else (test_inner_sharp.cpp).
 #    Given as a path, as the copy under NCCL's default name (OUT/default/libnccl-net.so), and as the
 #    name "sharp" found on LD_LIBRARY_PATH. Each test skips, saying so, when that build is absent.
-if(EXISTS ${PROJECT_SOURCE_DIR}/build-sharp-plugin/lib)
+# Its output: build-sharp-plugin/ when it is run as a user, else the root cache (decided by who runs
+# CMake when neither exists yet: tools/setup.sh configures before tools/test.sh builds the plugin).
+execute_process(COMMAND id -u OUTPUT_VARIABLE _uid OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(EXISTS ${PROJECT_SOURCE_DIR}/build-sharp-plugin/lib OR NOT _uid STREQUAL "0")
   set(_sharp_default ${PROJECT_SOURCE_DIR}/build-sharp-plugin)
 else()
   set(_sharp_default /var/cache/zipccl/sharp)
