@@ -114,6 +114,12 @@ gtest_discover_tests(test_inner_sharp TEST_PREFIX "inner.sharp.default." DISCOVE
   PROPERTIES ${_sharp_props} EXTRA_ARGS --setenv=ZIPCCL_TEST_INNER_REQUIRED=${_sharp_lib}
   --setenv=ZIPCCL_NET_INNER=${ZIPCCL_SHARP_DIR}/default/libnccl-net.so
   --setenv=ZIPCCL_TEST_EXPECT_LIBRARY=${ZIPCCL_SHARP_DIR}/default/libnccl-net.so)
+# Its init failing (no IP interface by that name: "NET/IB : No IP interface found."); its next init in
+# the process then finds no device.
+gtest_discover_tests(test_inner_sharp TEST_PREFIX "inner.sharp.initfails." DISCOVERY_TIMEOUT 60
+  TEST_FILTER "SharpInner.Init*" PROPERTIES ${_sharp_props} EXTRA_ARGS --setenv=ZIPCCL_TEST_INNER_REQUIRED=${_sharp_lib}
+  --setenv=ZIPCCL_NET_INNER=${_sharp_lib} --setenv=ZIPCCL_TEST_EXPECT_LIBRARY=${_sharp_lib}
+  --setenv=NCCL_SOCKET_IFNAME=zipccl-no-such-if "--setenv=ZIPCCL_TEST_EXPECT_REASON=init of ${_sharp_lib} (IBext_v11, ABI v11) failed")
 # LD_LIBRARY_PATH must be set before the process starts: the one ENVIRONMENT entry (as for aws-ofi-nccl).
 gtest_discover_tests(test_inner_sharp TEST_PREFIX "inner.sharp.name." DISCOVERY_TIMEOUT 60 TEST_FILTER "SharpInner.*"
   PROPERTIES ${_sharp_props} ENVIRONMENT LD_LIBRARY_PATH=${ZIPCCL_SHARP_DIR}/lib
