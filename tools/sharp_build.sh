@@ -29,9 +29,10 @@ if [[ -z "$tarball" || ! -f "$tarball" ]]; then
   exit 2
 fi
 for tool in autoreconf libtoolize aclocal automake make cc ar pkg-config; do
-  command -v "$tool" >/dev/null || { echo "sharp_build.sh: $tool not found (tools/setup.sh installs it)" >&2; exit 2; }
+  command -v "$tool" >/dev/null ||
+    { echo "sharp_build.sh: $tool not found (apt-get install autoconf automake libtool make pkg-config, as .ci/run does)" >&2; exit 2; }
 done
-pkg-config --exists libibverbs || { echo "sharp_build.sh: libibverbs-dev not installed" >&2; exit 2; }
+pkg-config --exists libibverbs || { echo "sharp_build.sh: libibverbs-dev not installed (tools/setup.sh installs it)" >&2; exit 2; }
 
 # CUDA: a folder with include/cuda_runtime.h and lib64/ or lib/ holding libcudart_static.a.
 cuda_ok() { [[ -f "$1/include/cuda_runtime.h" ]] && ls "$1"/lib64/libcudart_static.a "$1"/lib/libcudart_static.a >/dev/null 2>&1; }
