@@ -36,6 +36,12 @@ ofi_rc=0
 tools/ofi_build.sh >/dev/null || ofi_rc=$?
 if [[ $ofi_rc == 2 ]]; then echo "test.sh: aws-ofi-nccl not built; the inner.ofi.* tests skip"; elif [[ $ofi_rc != 0 ]]; then exit 1; fi
 
+stage "inner plugin nccl-rdma-sharp-plugins (tools/sharp_build.sh; cached)"
+# Same rules: exit 2 skips the inner.sharp.* tests (they say so), a failed build fails CI. ~1 min uncached.
+sharp_rc=0
+tools/sharp_build.sh >/dev/null || sharp_rc=$?
+if [[ $sharp_rc == 2 ]]; then echo "test.sh: nccl-rdma-sharp-plugins not built; the inner.sharp.* tests skip"; elif [[ $sharp_rc != 0 ]]; then exit 1; fi
+
 stage "tests (Release)"
 run_ctest build
 if [[ "${ZIPCCL_QUICK:-0}" == 1 ]]; then

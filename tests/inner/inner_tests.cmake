@@ -81,7 +81,52 @@ gtest_discover_tests(test_plugin_faults TEST_PREFIX "inner.ofi." DISCOVERY_TIMEO
   PROPERTIES ${_ofi_props} EXTRA_ARGS ${_inner_ofi} --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0
   --setenv=ZIPCCL_IO_TIMEOUT_MS=2000)
 
-# 3. Item 4: a missing library, a library that is no net plugin, an inner plugin whose init fails.
+# 3. zipccl over nccl-rdma-sharp-plugins (NVIDIA's IB verbs plugin, net table "IBext"), built by
+#    tools/sharp_build.sh (CI: tools/test.sh). Without an HCA it has no device (or its init fails):
+#    zipccl's init must fail with one WARN naming it, and bring up nothing else (test_inner_sharp.cpp).
+#    Given as a path, as the copy under NCCL's default name (OUT/default/libnccl-net.so), and as the
+#    name "sharp" found on LD_LIBRARY_PATH. Each test skips, saying so, when that build is absent.
+# Its output: build-sharp-plugin/ when it is run as a user, else the root cache (decided by who runs
+# CMake when neither exists yet: tools/setup.sh configures before tools/test.sh builds the plugin).
+execute_process(COMMAND id -u OUTPUT_VARIABLE _uid OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(EXISTS ${PROJECT_SOURCE_DIR}/build-sharp-plugin/lib OR NOT _uid STREQUAL "0")
+  set(_sharp_default ${PROJECT_SOURCE_DIR}/build-sharp-plugin)
+else()
+  set(_sharp_default /var/cache/zipccl/sharp)
+endif()
+set(ZIPCCL_SHARP_DIR ${_sharp_default} CACHE PATH "tools/sharp_build.sh's output (lib/libnccl-net-sharp.so, default/libnccl-net.so)")
+set(_sharp_lib ${ZIPCCL_SHARP_DIR}/lib/libnccl-net-sharp.so)
+add_executable(test_inner_sharp ${PROJECT_SOURCE_DIR}/tests/inner/test_inner_sharp.cpp env_main.cpp)
+target_include_directories(test_inner_sharp PRIVATE ${PROJECT_SOURCE_DIR}/plugin ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(test_inner_sharp PRIVATE ${ZIPCCL_PLUGIN_DEFS})
+target_link_libraries(test_inner_sharp PRIVATE GTest::gtest Threads::Threads zipccl_net_client ${CMAKE_DL_LIBS})
+target_compile_options(test_inner_sharp PRIVATE -Wall -Wextra)
+add_dependencies(test_inner_sharp nccl-net-zipccl)
+if(TARGET zipccl)  # the command-line tool, for the doctor test
+  target_compile_definitions(test_inner_sharp PRIVATE ZIPCCL_TOOL_PATH="$<TARGET_FILE:zipccl>")
+  add_dependencies(test_inner_sharp zipccl)
+endif()
+set(_sharp_props LABELS cpu TIMEOUT 120 SKIP_REGULAR_EXPRESSION "inner plugin build absent|an RDMA device is present")
+gtest_discover_tests(test_inner_sharp TEST_PREFIX "inner.sharp.path." DISCOVERY_TIMEOUT 60 PROPERTIES ${_sharp_props}
+  EXTRA_ARGS --setenv=ZIPCCL_TEST_INNER_REQUIRED=${_sharp_lib} --setenv=ZIPCCL_NET_INNER=${_sharp_lib}
+  --setenv=ZIPCCL_TEST_EXPECT_LIBRARY=${_sharp_lib})
+gtest_discover_tests(test_inner_sharp TEST_PREFIX "inner.sharp.default." DISCOVERY_TIMEOUT 60 TEST_FILTER "SharpInner.*"
+  PROPERTIES ${_sharp_props} EXTRA_ARGS --setenv=ZIPCCL_TEST_INNER_REQUIRED=${_sharp_lib}
+  --setenv=ZIPCCL_NET_INNER=${ZIPCCL_SHARP_DIR}/default/libnccl-net.so
+  --setenv=ZIPCCL_TEST_EXPECT_LIBRARY=${ZIPCCL_SHARP_DIR}/default/libnccl-net.so)
+# Its init failing (no IP interface by that name: "NET/IB : No IP interface found."); its next init in
+# the process then finds no device.
+gtest_discover_tests(test_inner_sharp TEST_PREFIX "inner.sharp.initfails." DISCOVERY_TIMEOUT 60
+  TEST_FILTER "SharpInner.Init*" PROPERTIES ${_sharp_props} EXTRA_ARGS --setenv=ZIPCCL_TEST_INNER_REQUIRED=${_sharp_lib}
+  --setenv=ZIPCCL_NET_INNER=${_sharp_lib} --setenv=ZIPCCL_TEST_EXPECT_LIBRARY=${_sharp_lib}
+  --setenv=NCCL_SOCKET_IFNAME=zipccl-no-such-if "--setenv=ZIPCCL_TEST_EXPECT_REASON=init of ${_sharp_lib} (IBext_v11, ABI v11) failed")
+# LD_LIBRARY_PATH must be set before the process starts: the one ENVIRONMENT entry (as for aws-ofi-nccl).
+gtest_discover_tests(test_inner_sharp TEST_PREFIX "inner.sharp.name." DISCOVERY_TIMEOUT 60 TEST_FILTER "SharpInner.*"
+  PROPERTIES ${_sharp_props} ENVIRONMENT LD_LIBRARY_PATH=${ZIPCCL_SHARP_DIR}/lib
+  EXTRA_ARGS --setenv=ZIPCCL_TEST_INNER_REQUIRED=${_sharp_lib} --setenv=ZIPCCL_NET_INNER=sharp
+  --setenv=ZIPCCL_TEST_EXPECT_LIBRARY=libnccl-net-sharp.so)
+
+# 4. Item 4: a missing library, a library that is no net plugin, an inner plugin whose init fails.
 add_executable(test_inner_errors ${PROJECT_SOURCE_DIR}/tests/inner/test_inner_errors.cpp env_main.cpp)
 target_include_directories(test_inner_errors PRIVATE ${PROJECT_SOURCE_DIR}/plugin ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(test_inner_errors PRIVATE ${ZIPCCL_PLUGIN_DEFS})
@@ -111,7 +156,7 @@ gtest_discover_tests(test_inner_errors TEST_PREFIX "inner.ofi.initfails." DISCOV
   "--setenv=ZIPCCL_TEST_EXPECT_WARN=${ZIPCCL_OFI_LIB}/libnccl-net-ofi.so (Libfabric"
   --setenv=ZIPCCL_TEST_EXPECT_RESULT=any)
 
-# 4. Item 2's optional entries (getDeviceMr, irecvConsumed, makeVDevice, setNetAttr) and grouped
+# 5. Item 2's optional entries (getDeviceMr, irecvConsumed, makeVDevice, setNetAttr) and grouped
 #    receives, over a stand-in inner plugin with a loopback data path that has them and one that lacks
 #    them (fake_inner.c).
 foreach(_extras 0 1)
