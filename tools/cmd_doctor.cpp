@@ -544,7 +544,7 @@ std::vector<Device> check_devices(const Options& opt, const Loaded& l, const net
     if (r != ncclSuccess && steps_aside && failed == "init()") {
       std::printf("  init      fails, as it should: zipccl steps aside\n");
     } else if (r != ncclSuccess && auto_wrap && failed == "init()") {
-      std::printf("  init      fails: the node's plugin did not come up here (WARN below), so zipccl steps aside; "
+      std::printf("  init      fails: the node's plugin did not come up here (its WARN says why), so zipccl steps aside; "
                   "NCCL alone would not use it either\n");
     } else if (steps_aside) {
       c.failures.push_back("the decision is to step aside, but the plugin's init did not fail");
@@ -581,7 +581,7 @@ int run_check(const Options& opt) {
   if (aside) {
     std::printf("verdict: OK: zipccl steps aside (%s): NCCL runs exactly as without it; to compress here: %s\n",
                 d.rule.c_str(),
-                d.to_compress.empty() ? ("bring up " + d.inner + " on this node (its WARN above says why)").c_str()
+                d.to_compress.empty() ? ("bring up " + d.inner + " on this node (its WARN says why)").c_str()
                                       : d.to_compress.c_str());
     return 0;
   }

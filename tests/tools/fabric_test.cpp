@@ -340,6 +340,21 @@ TEST_F(DoctorFabric, InfiniBandWithTheNodesPluginIsWrapped) {
                    "(fake-inner:fake0,fake-inner:fake1), compression auto over the inner plugin " + lib + "/libnccl-net.so")) << out_;
 }
 
+// The real nccl-rdma-sharp-plugins (tools/sharp_build.sh), installed under NCCL's default name as HPC-X
+// does, on a laid-out IB node: the table picks it; without an HCA its init finds no device, so zipccl
+// steps aside - as NCCL alone would find nothing there either.
+TEST_F(DoctorFabric, InfiniBandWithTheRealSharpPlugin) {
+  const std::string lib = std::string(SHARP_DEFAULT_DIR) + "/libnccl-net.so";
+  if (access(lib.c_str(), R_OK) != 0) GTEST_SKIP() << lib << " absent (tools/sharp_build.sh builds it)";
+  rdma("mlx5_0", "InfiniBand", "400 Gb/sec (4X NDR)", "mlx5_core");
+  EXPECT_EQ(doctor("NCCL_NET_PLUGIN=zipccl LD_LIBRARY_PATH=" SHARP_DEFAULT_DIR), 0) << out_;
+  EXPECT_TRUE(says("without   NCCL alone would load libnccl-net.so: " + lib + " ('NCCL RDMA Plugin")) << out_;
+  EXPECT_TRUE(says("decision    wrap (the node's net plugin)")) << out_;
+  EXPECT_TRUE(says("the node's net plugin " + lib + " (fabric decision): " + lib + " (IBext")) << out_;
+  EXPECT_TRUE(says("init      fails: the node's plugin did not come up here")) << out_;
+  EXPECT_TRUE(says("verdict: OK: zipccl steps aside (the node's net plugin)")) << out_;
+}
+
 TEST_F(DoctorFabric, Roce) {
   rdma("mlx5_0", "Ethernet", "200 Gb/sec (4X HDR)", "mlx5_core");
   EXPECT_EQ(doctor("NCCL_NET_PLUGIN=zipccl"), 0) << out_;
