@@ -453,10 +453,10 @@ void check_settings(Check& c) {
 
 // The node's network and the plugin chain, as the loaded plugin discovers them, and the decision its
 // init takes (fabric/fabric.h): the same code, so doctor and plugin cannot disagree.
-net::FabricDecision check_fabric(const Loaded& l, Check& c) {
+net::FabricDecision check_fabric(const Loaded& l, net::Fabric* fabric, Check& c) {
   Dl_info info{};
   const void* self = l.table && dladdr(l.table, &info) ? info.dli_fbase : nullptr;
-  const net::Fabric f = net::discover_fabric(net::settings().fabric_root, self);
+  net::Fabric& f = *fabric = net::discover_fabric(net::settings().fabric_root, self);
   const net::FabricDecision d = net::decide(f, net::settings());
   std::printf("\nfabric%s\n", net::settings().fabric_root.empty()
                                    ? ""
@@ -498,7 +498,8 @@ net::FabricDecision check_fabric(const Loaded& l, Check& c) {
 }
 
 // init / devices / getProperties through the table NCCL would use, and what the plugin logged.
-std::vector<Device> check_devices(const Options& opt, const Loaded& l, const net::FabricDecision& d, Check& c) {
+std::vector<Device> check_devices(const Options& opt, const Loaded& l, const net::Fabric& f,
+                                  const net::FabricDecision& d, Check& c) {
   const bool steps_aside = d.action == net::FabricAction::kStepAside;
   // A plugin the node already uses that has no device or fails its init here would fail NCCL alone just
   // the same: zipccl stepping aside then changes nothing. Named explicitly, it is a broken setting.
@@ -543,6 +544,12 @@ std::vector<Device> check_devices(const Options& opt, const Loaded& l, const net
     }
     if (r != ncclSuccess && steps_aside && failed == "init()") {
       std::printf("  init      fails, as it should: zipccl steps aside\n");
+    } else if (r != ncclSuccess && auto_wrap && failed == "init()" && !warns.empty() &&
+               warns.back().find("would take away") != std::string::npos) {
+      std::printf("  init      fails: zipccl steps aside rather than take a capability away from the node's plugin\n");
+      if (f.after_self.empty())
+        c.failures.push_back("slower than NCCL alone: " + warns.back().substr(warns.back().find("zipccl steps aside")) +
+                             "; NCCL_NET_PLUGIN=" + f.configured + " does not list it after zipccl");
     } else if (r != ncclSuccess && auto_wrap && failed == "init()") {
       std::printf("  init      fails: the node's plugin did not come up here (its WARN says why), so zipccl steps aside; "
                   "NCCL alone would not use it either\n");
@@ -567,8 +574,9 @@ int run_check(const Options& opt) {
   const Target t = check_nccl(opt, c);
   const Loaded l = check_tables(t, c);
   check_settings(c);
-  const net::FabricDecision d = check_fabric(l, c);
-  const std::vector<Device> devices = check_devices(opt, l, d, c);
+  net::Fabric f;
+  const net::FabricDecision d = check_fabric(l, &f, c);
+  const std::vector<Device> devices = check_devices(opt, l, f, d, c);
   const bool aside = d.action == net::FabricAction::kStepAside ||
                      (d.action == net::FabricAction::kWrap && !d.explicit_choice && devices.empty());
   std::printf("\n");

@@ -83,13 +83,15 @@ def test_enable_wraps_the_nccl_net_plugin_it_replaces(clean_env, monkeypatch):
     # On EFA nodes NCCL_NET_PLUGIN=ofi: replacing it would move the traffic to TCP.
     monkeypatch.setenv("NCCL_NET_PLUGIN", "ofi")
     env, said = _enable_recording()
-    assert env["NCCL_NET_PLUGIN"] == os.environ["NCCL_NET_PLUGIN"] == zipccl.plugin_path()
+    # ofi stays on NCCL's list after zipccl: where zipccl steps aside, NCCL goes on with it.
+    assert env["NCCL_NET_PLUGIN"] == os.environ["NCCL_NET_PLUGIN"] == zipccl.plugin_path() + ",ofi"
     assert env["ZIPCCL_NET_INNER"] == os.environ["ZIPCCL_NET_INNER"] == "ofi"
     assert said == ["zipccl.enable: NCCL_NET_PLUGIN=ofi (environment) becomes ZIPCCL_NET_INNER=ofi: "
                     "zipccl compresses over it"]
     # Again in the same process: NCCL_NET_PLUGIN is zipccl now, the inner plugin stays, nothing said.
     env, said = _enable_recording()
     assert env["ZIPCCL_NET_INNER"] == "ofi" and said == []
+    assert env["NCCL_NET_PLUGIN"] == zipccl.plugin_path() + ",ofi"
 
 
 def test_enable_wraps_the_nccl_net_plugin_of_a_configuration_file(clean_env, monkeypatch):

@@ -373,6 +373,29 @@ TEST_F(DoctorFabric, EfaWithAwsOfiNcclIsWrapped) {
   EXPECT_TRUE(says("compression auto over the inner plugin " + lib + "/libnccl-net-ofi.so")) << out_;
 }
 
+// The node's plugin takes GPU memory (GPUDirect RDMA, as aws-ofi-nccl on p4d/p5) while zipccl's GPU
+// path is off: wrapping it would make NCCL stage every device buffer through host memory, so zipccl
+// steps aside - safe only where NCCL_NET_PLUGIN lists the plugin after zipccl.
+TEST_F(DoctorFabric, AGpuDirectPluginIsNotWrappedWithoutTheGpuPath) {
+  rdma("rdmap16s27", "Unspecified", "100 Gb/sec (4X EDR)", "efa");
+  const std::string lib = libdir("libnccl-net-ofi.so", FAKE_INNER_PATH);
+  EXPECT_EQ(doctor("NCCL_NET_PLUGIN=zipccl,ofi ZIPCCL_TEST_FAKE_CUDA=1 LD_LIBRARY_PATH=" + lib), 0) << out_;
+  EXPECT_TRUE(says("decision    wrap (the node's net plugin)")) << out_;
+  EXPECT_TRUE(says("zipccl steps aside: wrapping " + lib + "/libnccl-net-ofi.so would take away GPUDirect RDMA")) << out_;
+  EXPECT_TRUE(says("NCCL goes on with the next plugins of NCCL_NET_PLUGIN (ofi)")) << out_;
+  EXPECT_TRUE(says("init      fails: zipccl steps aside rather than take a capability away")) << out_;
+  EXPECT_TRUE(says("verdict: OK: zipccl steps aside")) << out_;
+  // Replaced, not listed after zipccl: NCCL would lose it.
+  put("etc/nccl.conf", "NCCL_NET_PLUGIN=ofi");
+  EXPECT_EQ(doctor("NCCL_NET_PLUGIN=zipccl ZIPCCL_TEST_FAKE_CUDA=1 LD_LIBRARY_PATH=" + lib), 1) << out_;
+  EXPECT_TRUE(says("verdict: FAIL: slower than NCCL alone: zipccl steps aside: wrapping")) << out_;
+  EXPECT_TRUE(says("does not list it after zipccl")) << out_;
+  // Named explicitly it is wrapped, with a WARN saying what is lost.
+  EXPECT_EQ(doctor("NCCL_NET_PLUGIN=zipccl ZIPCCL_NET_INNER=ofi ZIPCCL_TEST_FAKE_CUDA=1 LD_LIBRARY_PATH=" + lib), 0)
+      << out_;
+  EXPECT_TRUE(says("ZIPCCL_NET_INNER=ofi: through zipccl NCCL loses GPUDirect RDMA")) << out_;
+}
+
 TEST_F(DoctorFabric, EfaWithoutAwsOfiNccl) {
   rdma("rdmap16s27", "Unspecified", "100 Gb/sec (4X EDR)", "efa");
   EXPECT_EQ(doctor("NCCL_NET_PLUGIN=zipccl"), 0) << out_;

@@ -117,6 +117,21 @@ ncclResult_t net_init(ncclDebugLogger_t logger) {
       const std::string origin =
           d.explicit_choice ? "ZIPCCL_NET_INNER=" + d.inner : "the node's net plugin " + d.inner + " (fabric decision)";
       ZIPCCL_CHECK(open_inner_transport(d.inner, origin, logger, &t, &self));
+      const std::string lost = self ? "" : inner_capability_lost(gpu::device_ops() != nullptr);
+      if (!lost.empty() && !d.explicit_choice) {
+        // Wrapping would take it away: NCCL is better off with the plugin alone.
+        finalize_inner_transport();
+        if (!g_stepped_aside) {
+          g_stepped_aside = true;
+          ZIPCCL_WARN("zipccl steps aside: wrapping %s would take away %s. NCCL goes on with %s%s", d.inner.c_str(),
+                      lost.c_str(), step_aside_next(node_fabric()).c_str(),
+                      node_fabric().after_self.empty() ? " (list the plugin after zipccl in NCCL_NET_PLUGIN, or "
+                                                         "NCCL loses it)"
+                                                       : "");
+        }
+        return ncclSystemError;
+      }
+      if (!lost.empty()) ZIPCCL_WARN("%s: through zipccl NCCL loses %s", origin.c_str(), lost.c_str());
       if (self) {
         ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
                     "ZIPCCL_NET_INNER=%s names this library: loaded as the inner plugin of another zipccl, it "

@@ -852,6 +852,22 @@ ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr) {
   return ncclSuccess;
 }
 
+std::string inner_capability_lost(bool gpu_path) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_inner) return "";
+  const InnerNet& net = *g_inner->net;
+  for (const InnerProps& p : g_inner->props) {
+    if (p.net_device_type != NCCL_NET_DEVICE_HOST || net.has(InnerEntry::kGetDeviceMr) ||
+        net.has(InnerEntry::kIrecvConsumed))
+      return "device-side networking (netDeviceType, getDeviceMr, irecvConsumed), which zipccl does not carry";
+    if (!gpu_path && (p.ptr_support & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)))
+      return "GPUDirect RDMA (its device " + p.name +
+             " takes GPU memory), which zipccl's GPU path is off for (ZIPCCL_GPU=on keeps it): NCCL would stage "
+             "every device buffer through host memory";
+  }
+  return "";
+}
+
 bool inner_has_make_vdevice() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_inner && g_inner->net->has(InnerEntry::kMakeVDevice);

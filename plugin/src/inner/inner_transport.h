@@ -32,6 +32,10 @@ void finalize_inner_transport();
 // called and it succeeds (the attributes are hints, as NCCL treats a table without the entry).
 ncclResult_t inner_set_net_attr(ncclNetAttr_v12_t* attr);
 
+// What NCCL would have over the open inner plugin alone that it loses through zipccl: "" when nothing,
+// else the capability in words. `gpu_path`: zipccl's GPU path is on (device buffers stay on the GPU).
+std::string inner_capability_lost(bool gpu_path);
+
 // Whether the open inner plugin's table has makeVDevice.
 bool inner_has_make_vdevice();
 // The inner's makeVDevice (its result unchanged, with a WARN naming the call on failure); then the

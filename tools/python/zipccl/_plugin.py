@@ -131,7 +131,8 @@ def enable(policy: str = "auto", *, stats_file: Optional[str] = None,
     (``NCCL_NET_PLUGIN`` from the environment, else from NCCL's configuration files) is kept under
     zipccl, without zipccl's own entries, with a warning that names it (e.g. ``ofi`` on EFA nodes, so
     that traffic stays on EFA); a ``ZIPCCL_NET_INNER`` already set is kept. ``net_inner=`` is the same
-    setting; give one of the two.
+    setting; give one of the two. That plugin also stays in ``NCCL_NET_PLUGIN`` after zipccl's, so
+    that where zipccl does not initialise (README "Which fabric?") NCCL goes on with it.
     """
     if policy not in _POLICIES:
         raise ValueError(f"zipccl.enable: policy must be one of {', '.join(_POLICIES)}; not {policy!r}")
@@ -153,6 +154,13 @@ def enable(policy: str = "auto", *, stats_file: Optional[str] = None,
         if isinstance(value, bool):
             value = int(value)
         env["ZIPCCL_" + name] = str(value)
+    # The plugin NCCL would load without zipccl stays on NCCL's list after it: where zipccl does not
+    # initialise (it steps aside rather than take GPUDirect or a device-side transport away, or the
+    # plugin has no device here), NCCL goes on with that plugin instead of its own TCP.
+    replaced = _nccl_setting("NCCL_NET_PLUGIN")
+    fallback = _other_plugins(replaced[0], path) if replaced else []
+    if fallback:
+        env["NCCL_NET_PLUGIN"] = ",".join([path] + fallback)
     if inner is _FROM_NCCL:
         value, said = _inner_from_nccl(path)
         if value is not None:
