@@ -48,7 +48,7 @@ data="$carry/data"
 catalogue=(
   "device-tests      40 solo  on"
   "gpu-path-tests    25 solo  on"
-  "compress-gpu-real 20 solo  on"
+  "compress-gpu-real 15 solo  on"
   "nccl-check-2      80 ranks on"
   "ddp-gdr           90 ranks on"
   "nccl-check-3      80 ranks on"
@@ -62,7 +62,7 @@ catalogue=(
   "bench             30 solo  off"
 )
 setup_s=5      # machine line, staging check, first archive
-mps_start_s=15 # daemon (5 s) and a one-test client (10 s), or giving up
+mps_start_s=20 # daemon (3 s), a one-test client (7 s), or giving up (quit, 10 s)
 mps_stop_s=10  # `echo quit | nvidia-cuda-mps-control` under `timeout 10`
 
 # plan_rows: "name limit" in run order, with MPS started before a run of multi-rank steps and stopped
@@ -310,10 +310,10 @@ step_command() {
 mps_start() {  # an MPS daemon, kept only when a client can use the GPU through it
   command -v nvidia-cuda-mps-control >/dev/null || { echo "no nvidia-cuda-mps-control"; return 1; }
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  timeout 5 nvidia-cuda-mps-control -d || { echo "nvidia-cuda-mps-control -d failed"; return 1; }
+  timeout 3 nvidia-cuda-mps-control -d || { echo "nvidia-cuda-mps-control -d failed"; return 1; }
   mps=on
   local log="$scratch/logs/mps-client.log"
-  timeout --kill-after=1 8 "$bin/gpu_codec_device_tests" --gtest_filter=Device.ArgumentErrorsAreReturnedNotRaised \
+  timeout --kill-after=1 6 "$bin/gpu_codec_device_tests" --gtest_filter=Device.ArgumentErrorsAreReturnedNotRaised \
     >"$log" 2>&1 && grep -q "PASSED.*1 test" "$log" && ! grep -q SKIPPED "$log" && return 0
   echo "a client could not use the GPU under MPS:"
   tail -n 3 "$log"
