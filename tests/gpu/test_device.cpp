@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdio>
 #include <random>
 
@@ -49,9 +50,15 @@ struct DevBuf {
   DevBuf& operator=(const DevBuf&) = delete;
 };
 
+// Cleared on `stream` (init_workspace's cudaMemsetAsync): a kernel on a non-blocking stream does not
+// wait for the legacy default stream, so the clear must be ordered on the stream that uses it.
 struct Workspace {
   DevBuf buf;
-  explicit Workspace(size_t bytes) : buf(bytes) { codec::gpu::init_workspace(buf.p, bytes); }
+  explicit Workspace(size_t bytes, cudaStream_t stream = nullptr) : buf(bytes) {
+    codec::gpu::LaunchOptions lo;
+    lo.stream = stream;
+    codec::gpu::init_workspace(buf.p, bytes, lo);
+  }
 };
 
 // Encodes a batch on the GPU (src copied at `offset` bytes into its buffer) and returns the frames.
@@ -260,19 +267,22 @@ TEST(Device, MalformedFramesGetCpuStatus) {
   }
 }
 
+// Everything the encode reads is ordered on its own non-blocking stream (the input copy and the
+// workspace clear included), and the host polls the mapped result against a wall-clock deadline, long
+// enough for a run under compute-sanitizer.
 TEST(Device, MappedResultsCanBePolled) {
   REQUIRE_DEVICE();
   const auto in = gaussian_bf16(1 << 19, 1e-3, 50);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   DevBuf src(in.size()), dst(codec::max_encoded_size(in.size())), res(sizeof(CodecResult));
-  CUDA_OK(cudaMemcpy(src.p, in.data(), in.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpyAsync(src.p, in.data(), in.size(), cudaMemcpyHostToDevice, s));
   CodecResult* host = nullptr;
   CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), sizeof(CodecResult), cudaHostAllocMapped));
   host->ready = 0;
   CodecResult* host_dev = nullptr;
   CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_dev), host, 0));
-  Workspace ws(codec::gpu::encode_workspace_size(in.size()));
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Workspace ws(codec::gpu::encode_workspace_size(in.size()), s);
   codec::gpu::LaunchOptions lo;
   lo.stream = s;
   codec::gpu::GpuEncodeOptions eo;
@@ -281,9 +291,10 @@ TEST(Device, MappedResultsCanBePolled) {
                                      ws.buf.p, ws.buf.n, eo, lo),
             GpuStatus::kOk);
   volatile uint32_t* ready = &host->ready;
-  for (int spins = 0; !*ready && spins < 100000000; ++spins) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!*ready && std::chrono::steady_clock::now() < deadline) {
   }
-  EXPECT_EQ(*ready, 1u);
+  ASSERT_EQ(*ready, 1u) << "no result published within 10 s";
   EXPECT_EQ(host->status, 0);
   EXPECT_EQ(host->size, cpu_encode(in, ElemType::kBf16, kGpuDefault).size());
   CUDA_OK(cudaStreamSynchronize(s));

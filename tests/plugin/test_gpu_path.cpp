@@ -159,6 +159,48 @@ TEST(GpuPathEmulation, StreamOrderEventsAndCodec) {
   ops->free_host(res_mem);
 }
 
+// A poll that finds its event not ready leaves nothing behind for the next launch on the same thread:
+// cudaErrorNotReady can be left as the thread's last error, and a launch's cudaGetLastError() check
+// would report it as a failed launch (issue 33, defect 7). Only the CUDA device operations
+// (test_gpu_path_cuda on a GPU) can fail this; the emulation has no runtime and no last error.
+TEST(GpuPathDevice, NotReadyPollLeavesTheNextLaunchClean) {
+  gpu::DeviceOps* ops = gpu::device_ops();
+  if (!ops) GTEST_SKIP() << "no device operations (ZIPCCL_GPU_EMULATE=1, or a usable GPU)";
+  if (gpu::emulation_settings().fail_every != 0) GTEST_SKIP() << "run without failure injection";
+  void *busy = nullptr, *land = nullptr;
+  ASSERT_EQ(ops->create_stream(0, &busy), ncclSuccess);
+  ASSERT_EQ(ops->create_stream(0, &land), ncclSuccess);
+  void* ev = nullptr;
+  ASSERT_EQ(ops->create_event(busy, &ev), ncclSuccess);
+  const size_t big = size_t{64} << 20, line = 4096;  // a 64 MiB D2H: over a millisecond on PCIe 5
+  void *dev = nullptr, *host = nullptr, *a = nullptr, *b = nullptr;
+  ASSERT_EQ(ops->alloc_device(big, &dev), ncclSuccess);
+  ASSERT_EQ(ops->alloc_host(big, &host), ncclSuccess);
+  ASSERT_EQ(ops->alloc_device(line, &a), ncclSuccess);
+  ASSERT_EQ(ops->alloc_device(line, &b), ncclSuccess);
+  int not_ready = 0;
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(ops->copy(busy, host, dev, big, gpu::Copy::kDeviceToHost), ncclSuccess);
+    ASSERT_EQ(ops->record(busy, ev), ncclSuccess);
+    // A launch after each of the round's first 20 not-ready polls (the emulation's queue stays short).
+    for (int polls = 0;; ++polls) {
+      bool done = false;
+      ASSERT_EQ(ops->query(ev, &done), ncclSuccess);
+      if (done) break;
+      if (polls >= 20) continue;
+      ++not_ready;
+      ASSERT_EQ(ops->land_lines(land, b, a, line), ncclSuccess) << "launch after not-ready poll #" << not_ready;
+    }
+  }
+  ops->destroy_event(ev);
+  ops->destroy_stream(busy);
+  ops->destroy_stream(land);
+  for (void* p : {dev, a, b}) ops->free_device(p);
+  ops->free_host(host);
+  std::printf("%s: %d not-ready polls, each followed by a launch\n", ops->name(), not_ready);
+  if (not_ready == 0) GTEST_SKIP() << "every poll found the copy done: nothing was checked";
+}
+
 // ---- the pipeline over an in-process transport ----
 
 // Messages travel through a shared queue. post() copies the payload only when the op "completes",

@@ -183,6 +183,9 @@ class CudaOps final : public DeviceOps {
   ncclResult_t query(void* event, bool* done) override {
     cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (e == cudaErrorNotReady) {
+      // NotReady can be left as this thread's last error (PyTorch clears it too, pytorch#18584): the
+      // next launch's cudaGetLastError() check on this proxy thread would report it as a failure.
+      (void)cudaGetLastError();
       *done = false;
       return ncclSuccess;
     }
