@@ -1,5 +1,5 @@
 // The shared object's ABI surface: exactly the ncclNetPlugin_v7..v12 symbols and the pass-through
-// tables (ncclTunerPlugin_v2..v6), no C++ runtime or codec
+// tables (ncclTunerPlugin_v2..v6, ncclProfiler_v1..v6, ncclCollNetPlugin_v6..v12), no C++ runtime or codec
 // symbols, no dependency on libstdc++, and `name` readable before init.
 #include <gtest/gtest.h>
 
@@ -62,6 +62,8 @@ TEST(PluginAbi, ExportsExactlyThePluginTables) {
                                 "ncclNetPlugin_v10", "ncclNetPlugin_v11", "ncclNetPlugin_v12"};
   // NCCL looks for these in the net plugin's library (src/abi/passthrough_*.cpp).
   for (int v = 2; v <= 6; ++v) want.insert("ncclTunerPlugin_v" + std::to_string(v));
+  for (int v = 1; v <= 6; ++v) want.insert("ncclProfiler_v" + std::to_string(v));
+  for (int v = 6; v <= 12; ++v) want.insert("ncclCollNetPlugin_v" + std::to_string(v));
   EXPECT_EQ(syms, want) << out;
 }
 
