@@ -8,6 +8,7 @@
 //   passthrough.notuner.*  ZIPCCL_NET_INNER = a net plugin with none of them (fake_inner.c)
 //   passthrough.noinner.*  no ZIPCCL_NET_INNER
 //   passthrough.self.*     ZIPCCL_NET_INNER = this zipccl library (must not forward to itself)
+//   passthrough.selffirst.* a list naming zipccl before the stand-in: the search ends at zipccl
 //   the last three: PassthroughNone.* and PassthroughAll.*; ZIPCCL_TEST_PASSTHROUGH_WHY: what the INFO
 //   must say about why there is nothing to forward to.
 #include <dlfcn.h>

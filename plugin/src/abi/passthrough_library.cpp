@@ -54,8 +54,11 @@ PassthroughLibrary open_library() {
     if (!h) {
       why = error;
     } else if (is_self(h)) {
+      // As the inner transport does, the search ends here: zipccl then wraps nothing. Going on down the
+      // list could pick a second zipccl whose own list leads back here, each forwarding to the other.
       dlclose(h);
-      why = "this zipccl library itself";
+      lib.why_none = reasons + (reasons.empty() ? "" : "; ") + n + ": this zipccl library itself";
+      return lib;
     } else {
       lib.handle = h;
       lib.library = opened;

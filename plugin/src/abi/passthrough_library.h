@@ -26,7 +26,8 @@ struct PassthroughLibrary {
 // Preferred: the library the inner transport already runs on (inner_transport_info), the very one NCCL's
 // net traffic goes through. Before the net init: the first entry of the decision's list (node_decision()
 // with FabricAction::kWrap) that dlopen finds, resolved as NCCL resolves NCCL_NET_PLUGIN. Never this
-// zipccl library itself: forwarding to it would call these same entries again.
+// zipccl library itself (forwarding to it would call these same entries again): an entry naming it
+// ends the search with no library, as the inner transport then wraps nothing.
 const PassthroughLibrary& passthrough_library();
 
 // dlsym(symbol) in passthrough_library(); nullptr without a library or without the symbol.
