@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "src/abi/passthrough_versions.h"
 #include "zipccl/net_load.h"
@@ -48,7 +49,11 @@ void print_passthrough(const std::string& inner_library_path, std::vector<std::s
   const std::string name = opened;
   // The zipccl plugin NCCL would load; the tables it exports are what NCCL can ask for.
   void* self = zipccl_net_dlopen("zipccl", nullptr, 0, error, sizeof error);
-  if (self && self == inner) {
+  // zipccl itself, or another zipccl build (found by its net table's name, when this one is not on the
+  // loader path): it ends the plugin's search (plugin/src/abi/passthrough_library.h), or passes on
+  // nothing of its own.
+  const void* net = zipccl_net_table(inner, ZIPCCL_NET_ABI_NEWEST, nullptr);
+  if ((self && self == inner) || (net && std::strcmp(zipccl_net_table_name(net), "zipccl") == 0)) {
     std::printf("passthrough none: %s is zipccl itself\n", name.c_str());
     notes->push_back("the wrapped plugin " + name + " is zipccl itself: nothing is passed through");
     return;
