@@ -14,15 +14,19 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "../inner/fake_tuner_inner.h"
+#include "doctor_passthrough.h"
 #include "nccl/collnet.h"
 #include "nccl/profiler.h"
 #include "nccl/tuner.h"
 #include "plugin_driver.h"
+#include "src/abi/passthrough_versions.h"
 
 using namespace zipccl_test;
 
@@ -341,6 +345,53 @@ TEST(PassthroughAll, NamesReadableBeforeInit) {
     const char* const* name = table<const char*>(sym);
     ASSERT_TRUE(name) << sym;
     EXPECT_STREQ(*name, "zipccl (pass-through)") << sym;
+  }
+}
+
+// The rule itself, for inner libraries shaped like real ones (the plugin and `zipccl doctor` share it).
+TEST(PassthroughAll, TunerRule) {
+  using zipccl::net::tuner_forward_version;
+  auto inner = [](std::vector<int> vs) {
+    return [vs](int v) { return std::find(vs.begin(), vs.end(), v) != vs.end(); };
+  };
+  const auto ofi = inner({2, 3, 6});  // aws-ofi-nccl
+  EXPECT_EQ(tuner_forward_version(6, ofi), 6);
+  EXPECT_EQ(tuner_forward_version(5, ofi), 6);
+  EXPECT_EQ(tuner_forward_version(4, ofi), 3);
+  EXPECT_EQ(tuner_forward_version(3, ofi), 3);
+  EXPECT_EQ(tuner_forward_version(2, ofi), 2);
+  const auto v5 = inner({5});
+  EXPECT_EQ(tuner_forward_version(6, v5), 5);
+  EXPECT_EQ(tuner_forward_version(4, v5), 0);  // a v4 call lacks what v5's init takes
+  const auto v4 = inner({4});
+  EXPECT_EQ(tuner_forward_version(6, v4), 4);
+  EXPECT_EQ(tuner_forward_version(3, v4), 0);  // regBuff would be invented
+  const auto v2 = inner({2});
+  for (int r = 3; r <= 6; ++r) EXPECT_EQ(tuner_forward_version(r, v2), 0) << r;
+  EXPECT_EQ(tuner_forward_version(1, ofi), 0);
+  EXPECT_EQ(tuner_forward_version(7, ofi), 0);
+}
+
+// `zipccl doctor`'s line (tools/doctor_passthrough.cpp) for this run's inner library: each
+// '|'-separated part of ZIPCCL_TEST_DOCTOR_SAYS must be in it, in order (CMake splits arguments at ';').
+TEST(PassthroughAll, DoctorLine) {
+  const char* inner = std::getenv("ZIPCCL_NET_INNER");
+  const char* says = std::getenv("ZIPCCL_TEST_DOCTOR_SAYS");
+  if (!says) GTEST_SKIP() << "this run sets no ZIPCCL_TEST_DOCTOR_SAYS";
+  std::vector<std::string> notes;
+  testing::internal::CaptureStdout();
+  zipccl::tools::print_passthrough(inner ? inner : "", &notes);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(out.rfind("passthrough ", 0), 0u) << out;
+  size_t at = 0;
+  const std::string want = says;
+  for (size_t begin = 0; begin <= want.size();) {
+    size_t end = want.find('|', begin);
+    if (end == std::string::npos) end = want.size();
+    const std::string part = want.substr(begin, end - begin);
+    at = out.find(part, at);
+    ASSERT_NE(at, std::string::npos) << "no '" << part << "' in: " << out;
+    begin = end + 1;
   }
 }
 
