@@ -6,6 +6,7 @@
 // leaves NCCL's cost table, channels and chunk size untouched: NCCL tunes as if there were no tuner.
 // An inner tuner's own failure is passed back unchanged, as NCCL would see it without zipccl.
 #include <atomic>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -28,6 +29,31 @@ struct TunerContext {
 const void* inner_tuner(int version) {
   std::string symbol;
   return passthrough_table("ncclTunerPlugin_v", version, &symbol);
+}
+
+// Whether the inner's table t has init, getCollInfo and its last call (`done`: finalize or destroy), which
+// zipccl calls unconditionally: a table without them is treated as absent, never called through NULL.
+// (v6's getChunkSize may be NULL.)
+template <typename T, typename Done>
+bool has_calls(const void* t, Done T::*done) {
+  const T* x = static_cast<const T*>(t);
+  return x && x->init && x->getCollInfo && x->*done;
+}
+bool usable(int version, const void* t) {
+  switch (version) {
+    case 6:
+      return has_calls(t, &ncclTuner_v6_t::finalize);
+    case 5:
+      return has_calls(t, &ncclTuner_v5_t::finalize);
+    case 4:
+      return has_calls(t, &ncclTuner_v4_t::destroy);
+    case 3:
+      return has_calls(t, &ncclTuner_v3_t::destroy);
+    case 2:
+      return has_calls(t, &ncclTuner_v2_t::destroy);
+    default:
+      return false;
+  }
 }
 
 template <typename T>
@@ -55,8 +81,9 @@ ncclResult_t tuner_init(int requested, void** ctx, uint64_t comm_id, size_t nran
   try {
     passthrough_adopt_logger(logfn);
     if (!ctx) return ncclInternalError;
-    TunerContext* c = new TunerContext;
-    c->inner_version = tuner_forward_version(requested, [](int v) { return inner_tuner(v) != nullptr; });
+    std::unique_ptr<TunerContext> owned(new TunerContext);
+    TunerContext* c = owned.get();
+    c->inner_version = tuner_forward_version(requested, [](int v) { return usable(v, inner_tuner(v)); });
     c->inner = c->inner_version ? inner_tuner(c->inner_version) : nullptr;
     say_once(&said[requested], requested, c->inner_version);
     ncclResult_t r = ncclSuccess;
@@ -82,10 +109,9 @@ ncclResult_t tuner_init(int requested, void** ctx, uint64_t comm_id, size_t nran
     if (r != ncclSuccess) {
       ZIPCCL_WARN("the inner tuner (%s, ncclTunerPlugin_v%d) failed its init: %d",
                   passthrough_library().library.c_str(), c->inner_version, static_cast<int>(r));
-      delete c;
       return r;
     }
-    *ctx = c;
+    *ctx = owned.release();
     return ncclSuccess;
   } catch (...) {
     return passthrough_caught("tuner init");
