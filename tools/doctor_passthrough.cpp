@@ -1,6 +1,7 @@
 #include "doctor_passthrough.h"
 
 #include <dlfcn.h>
+#include <strings.h>
 
 #include <cstdio>
 #include <cstring>
@@ -31,19 +32,45 @@ std::string versions_in(void* lib, const char* prefix, int oldest, int newest) {
   return out;
 }
 
+// NCCL_NET_PLUGIN's list convention (as the plugin reads ZIPCCL_NET_INNER): comma-separated, blanks
+// around names dropped, "none" alone names nothing. The plugin's own parser (inner_plugin_list) lives in
+// the inner room, which the tool does not link; where it moves to the fabric room, call that instead.
+std::vector<std::string> plugin_list(const std::string& value) {
+  std::vector<std::string> names;
+  size_t begin = 0;
+  while (begin <= value.size()) {
+    size_t end = value.find(',', begin);
+    if (end == std::string::npos) end = value.size();
+    const size_t first = value.find_first_not_of(" \t", begin);
+    const size_t last = value.find_last_not_of(" \t", end == 0 ? 0 : end - 1);
+    if (first != std::string::npos && first < end && last >= first)
+      names.push_back(value.substr(first, last - first + 1));
+    begin = end + 1;
+  }
+  if (names.size() == 1 && strcasecmp(names[0].c_str(), "none") == 0) names.clear();
+  return names;
+}
+
 }  // namespace
 
 void print_passthrough(const std::string& inner_library_path, std::vector<std::string>* notes) {
-  if (inner_library_path.empty()) {
+  const std::vector<std::string> names = plugin_list(inner_library_path);
+  if (names.empty()) {
     std::printf("passthrough none: zipccl wraps no other net plugin (NCCL's own tuner choices stand)\n");
     return;
   }
+  // The first entry that opens, as the plugin takes it (passthrough_library.h).
   char opened[ZIPCCL_NET_PATH_MAX], error[ZIPCCL_NET_ERROR_MAX];
-  void* inner = zipccl_net_dlopen(inner_library_path.c_str(), opened, sizeof opened, error, sizeof error);
+  void* inner = nullptr;
+  std::string reasons;
+  for (const std::string& n : names) {
+    inner = zipccl_net_dlopen(n.c_str(), opened, sizeof opened, error, sizeof error);
+    if (inner) break;
+    reasons += (reasons.empty() ? "" : "; ") + n + ": " + error;
+  }
   if (!inner) {
     std::printf("passthrough none: cannot open %s\n", inner_library_path.c_str());
-    notes->push_back("cannot open the wrapped plugin " + inner_library_path + " (" + error +
-                     "): its tuner and CollNet are not used");
+    notes->push_back("cannot open the wrapped plugin (" + reasons + "): its tuner and CollNet are not used");
     return;
   }
   const std::string name = opened;
