@@ -6,7 +6,7 @@
 //   passthrough.fake.*     ZIPCCL_NET_INNER = the stand-in with tuner v6+v3, CollNet v12, profiler v6
 //                          (tests/inner/fake_tuner_inner.c): PassthroughFake.* and PassthroughAll.*
 //   passthrough.notuner.*  ZIPCCL_NET_INNER = a net plugin with none of them (fake_inner.c)
-//   passthrough.noinner.*  no ZIPCCL_NET_INNER
+//   passthrough.noinner.*  ZIPCCL_NET_INNER=none (no inner plugin)
 //   passthrough.self.*     ZIPCCL_NET_INNER = this zipccl library (must not forward to itself)
 //   passthrough.selffirst.* a list naming zipccl before the stand-in: the search ends at zipccl
 //   the last three: PassthroughNone.* and PassthroughAll.*; ZIPCCL_TEST_PASSTHROUGH_WHY: what the INFO
