@@ -1,4 +1,5 @@
-// The shared object's ABI surface: exactly the ncclNetPlugin_v7..v12 symbols, no C++ runtime or codec
+// The shared object's ABI surface: exactly the ncclNetPlugin_v7..v12 symbols and the pass-through
+// tables (ncclTunerPlugin_v2..v6, ncclProfiler_v1..v6, ncclCollNetPlugin_v6..v12), no C++ runtime or codec
 // symbols, no dependency on libstdc++, and `name` readable before init.
 #include <gtest/gtest.h>
 
@@ -46,7 +47,7 @@ std::string run(const std::string& cmd) {
   return out;
 }
 
-TEST(PluginAbi, ExportsExactlyTheNetTables) {
+TEST(PluginAbi, ExportsExactlyThePluginTables) {
   std::string out = run(std::string("nm -D --defined-only ") + ZIPCCL_PLUGIN_PATH + " 2>&1");
   std::set<std::string> syms;
   size_t pos = 0;
@@ -59,6 +60,10 @@ TEST(PluginAbi, ExportsExactlyTheNetTables) {
   }
   std::set<std::string> want = {"ncclNetPlugin_v7",  "ncclNetPlugin_v8",  "ncclNetPlugin_v9",
                                 "ncclNetPlugin_v10", "ncclNetPlugin_v11", "ncclNetPlugin_v12"};
+  // NCCL looks for these in the net plugin's library (src/abi/passthrough_*.cpp).
+  for (int v = 2; v <= 6; ++v) want.insert("ncclTunerPlugin_v" + std::to_string(v));
+  for (int v = 1; v <= 6; ++v) want.insert("ncclProfiler_v" + std::to_string(v));
+  for (int v = 6; v <= 12; ++v) want.insert("ncclCollNetPlugin_v" + std::to_string(v));
   EXPECT_EQ(syms, want) << out;
 }
 
