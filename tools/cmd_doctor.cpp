@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "doctor_passthrough.h"
 #include "abi/net.h"
 #include "common/settings.h"
 #include "common/version.h"
@@ -488,7 +489,10 @@ net::FabricDecision check_fabric(const Loaded& l, net::Fabric* fabric, Check& c)
   std::printf("decision    %s (%s%s)\n", net::fabric_action_name(d.action), d.rule.c_str(),
               d.explicit_choice ? ", set explicitly" : "");
   std::printf("  why       %s\n", d.why.c_str());
-  if (d.action == net::FabricAction::kWrap) std::printf("  inner     %s\n", d.inner.c_str());
+  if (d.action == net::FabricAction::kWrap) {
+    std::printf("  inner     %s\n", d.inner.c_str());
+    print_passthrough(d.inner, &c.notes);
+  }
   if (d.action == net::FabricAction::kStepAside) {
     std::printf("  then      NCCL goes on with %s\n", net::step_aside_next(f).c_str());
     std::printf("  compress  %s\n", d.to_compress.c_str());

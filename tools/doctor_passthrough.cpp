@@ -1,11 +1,11 @@
 #include "doctor_passthrough.h"
 
 #include <dlfcn.h>
-#include <strings.h>
 
 #include <cstdio>
 #include <cstring>
 
+#include "fabric/fabric.h"
 #include "src/abi/passthrough_versions.h"
 #include "zipccl/net_load.h"
 
@@ -32,29 +32,10 @@ std::string versions_in(void* lib, const char* prefix, int oldest, int newest) {
   return out;
 }
 
-// NCCL_NET_PLUGIN's list convention (as the plugin reads ZIPCCL_NET_INNER): comma-separated, blanks
-// around names dropped, "none" alone names nothing. The plugin's own parser (inner_plugin_list) lives in
-// the inner room, which the tool does not link; where it moves to the fabric room, call that instead.
-std::vector<std::string> plugin_list(const std::string& value) {
-  std::vector<std::string> names;
-  size_t begin = 0;
-  while (begin <= value.size()) {
-    size_t end = value.find(',', begin);
-    if (end == std::string::npos) end = value.size();
-    const size_t first = value.find_first_not_of(" \t", begin);
-    const size_t last = value.find_last_not_of(" \t", end == 0 ? 0 : end - 1);
-    if (first != std::string::npos && first < end && last >= first)
-      names.push_back(value.substr(first, last - first + 1));
-    begin = end + 1;
-  }
-  if (names.size() == 1 && strcasecmp(names[0].c_str(), "none") == 0) names.clear();
-  return names;
-}
-
 }  // namespace
 
 void print_passthrough(const std::string& inner_library_path, std::vector<std::string>* notes) {
-  const std::vector<std::string> names = plugin_list(inner_library_path);
+  const std::vector<std::string> names = net::inner_plugin_list(inner_library_path);
   if (names.empty()) {
     std::printf("passthrough none: zipccl wraps no other net plugin (NCCL's own tuner choices stand)\n");
     return;

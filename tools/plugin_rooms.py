@@ -33,7 +33,7 @@ PICTURE_BEGIN = "<!-- plugin-rooms:begin (generated: tools/plugin_rooms.py draw)
 PICTURE_END = "<!-- plugin-rooms:end -->"
 # What each room is, for the picture (one line).
 ROLE = {
-    "abi": "the exported ncclNetPlugin_v7..v12 tables and their guard; picks a transport",
+    "abi": "the exported net tables and their guard; tuner, profiler, CollNet passed through; picks a transport",
     "layer": "the compressing layer: SendComm/RecvComm, frames, policy, stats, codec workers",
     "socket": "TCP transport (streams, wire format) and interface selection",
     "rdma": "RDMA transport: protocol over the Fabric seam, verbs, device selection",
