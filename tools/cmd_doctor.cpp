@@ -313,6 +313,7 @@ int readme(const std::string& path, bool update) {
 struct Check {
   std::vector<std::string> failures;
   std::vector<std::string> notes;
+  std::string to_compress;  // where zipccl steps aside at init though the table said wrap: what would help
 };
 
 // Loads the plugin as NCCL does (net_load.h: the name as given, then libnccl-net-NAME.so; a path or a
@@ -551,12 +552,16 @@ std::vector<Device> check_devices(const Options& opt, const Loaded& l, const net
     } else if (r != ncclSuccess && auto_wrap && failed == "init()" && !warns.empty() &&
                warns.back().find("would take away") != std::string::npos) {
       std::printf("  init      fails: zipccl steps aside rather than take a capability away from the node's plugin\n");
+      c.to_compress = warns.back().find("GPUDirect") != std::string::npos
+                          ? "ZIPCCL_GPU=on (zipccl's GPU path keeps device buffers on the GPU; opt-in until proven on one)"
+                          : "nothing today: zipccl cannot carry a device-side transport";
       if (f.after_self.empty())
         c.failures.push_back("slower than NCCL alone: " + warns.back().substr(warns.back().find("zipccl steps aside")) +
                              "; NCCL_NET_PLUGIN=" + f.configured + " does not list it after zipccl");
     } else if (r != ncclSuccess && auto_wrap && failed == "init()") {
       std::printf("  init      fails: the node's plugin did not come up here (its WARN says why), so zipccl steps aside; "
                   "NCCL alone would not use it either\n");
+      c.to_compress = "bring up " + d.inner + " on this node (its WARN says why)";
     } else if (steps_aside) {
       c.failures.push_back("the decision is to step aside, but the plugin's init did not fail");
     } else if (r != ncclSuccess) {
@@ -592,9 +597,7 @@ int run_check(const Options& opt) {
   }
   if (aside) {
     std::printf("verdict: OK: zipccl steps aside (%s): NCCL runs exactly as without it; to compress here: %s\n",
-                d.rule.c_str(),
-                d.to_compress.empty() ? ("bring up " + d.inner + " on this node (its WARN says why)").c_str()
-                                      : d.to_compress.c_str());
+                d.rule.c_str(), d.to_compress.empty() ? c.to_compress.c_str() : d.to_compress.c_str());
     return 0;
   }
   std::string devs;

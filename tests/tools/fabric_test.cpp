@@ -384,7 +384,8 @@ TEST_F(DoctorFabric, AGpuDirectPluginIsNotWrappedWithoutTheGpuPath) {
   EXPECT_TRUE(says("zipccl steps aside: wrapping " + lib + "/libnccl-net-ofi.so would take away GPUDirect RDMA")) << out_;
   EXPECT_TRUE(says("NCCL goes on with the next plugins of NCCL_NET_PLUGIN (ofi)")) << out_;
   EXPECT_TRUE(says("init      fails: zipccl steps aside rather than take a capability away")) << out_;
-  EXPECT_TRUE(says("verdict: OK: zipccl steps aside")) << out_;
+  EXPECT_TRUE(says("verdict: OK: zipccl steps aside (the node's net plugin): NCCL runs exactly as without it; to "
+                   "compress here: ZIPCCL_GPU=on")) << out_;
   // Replaced, not listed after zipccl: NCCL would lose it.
   put("etc/nccl.conf", "NCCL_NET_PLUGIN=ofi");
   EXPECT_EQ(doctor("NCCL_NET_PLUGIN=zipccl ZIPCCL_TEST_FAKE_CUDA=1 LD_LIBRARY_PATH=" + lib), 1) << out_;
