@@ -46,7 +46,8 @@ std::mutex g_dev_mu;
 std::deque<DeviceInfo> g_devices;
 int g_contexts = 0;  // v11+ init/finalize reference count
 bool g_inner = false;  // g_transport runs over ZIPCCL_NET_INNER's plugin
-bool g_stepped_aside = false;  // the step-aside WARN was logged
+bool g_fabric_said = false;      // the fabric decision was logged (once per process)
+bool g_capability_aside = false;  // stepped aside rather than take a capability from the node's plugin
 
 template <typename T>
 T* as(void* p, uint32_t magic) {
@@ -95,22 +96,26 @@ ncclResult_t net_init(ncclDebugLogger_t logger) {
   ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "zipccl %s", version_string());
   log_settings_once();
   // What this node's network is and what zipccl does on it (fabric/fabric.h, README "Which fabric?").
+  // Said once per process: NCCL calls init for every communicator, and a step-aside repeats it.
   const FabricDecision& d = node_decision();
-  for (const std::string& p : node_fabric().problems) ZIPCCL_WARN("fabric: %s", p.c_str());
-  ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "fabric: %s -> %s (%s%s)", d.why.c_str(), fabric_action_name(d.action),
-              d.rule.c_str(), d.explicit_choice ? ", set explicitly" : "");
-  if (d.slower_than_nccl) ZIPCCL_WARN("this configuration is slower than NCCL alone: %s", d.slower_why.c_str());
+  const bool first = !g_fabric_said;
+  g_fabric_said = true;
+  if (first) {
+    for (const std::string& p : node_fabric().problems) ZIPCCL_WARN("fabric: %s", p.c_str());
+    ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "fabric: %s -> %s (%s%s)", d.why.c_str(), fabric_action_name(d.action),
+                d.rule.c_str(), d.explicit_choice ? ", set explicitly" : "");
+    if (d.slower_than_nccl) ZIPCCL_WARN("this configuration is slower than NCCL alone: %s", d.slower_why.c_str());
+  }
   Transport* t = nullptr;
   switch (d.action) {
     case FabricAction::kStepAside:
-      // Once per process: NCCL calls init for every communicator.
-      if (!g_stepped_aside) {
-        g_stepped_aside = true;
+      if (first) {
         ZIPCCL_WARN("zipccl steps aside: %s. NCCL goes on with %s. To compress here: %s", d.why.c_str(),
                     step_aside_next(node_fabric()).c_str(), d.to_compress.c_str());
       }
       return ncclSystemError;
     case FabricAction::kWrap: {
+      if (g_capability_aside) return ncclSystemError;  // decided (and said) at the first init
       // The inner plugin or nothing: a failure returns an error (NCCL falls back to its own transports),
       // never a silent change to another transport.
       bool self = false;
@@ -121,14 +126,12 @@ ncclResult_t net_init(ncclDebugLogger_t logger) {
       if (!lost.empty() && !d.explicit_choice) {
         // Wrapping would take it away: NCCL is better off with the plugin alone.
         finalize_inner_transport();
-        if (!g_stepped_aside) {
-          g_stepped_aside = true;
-          ZIPCCL_WARN("zipccl steps aside: wrapping %s would take away %s. NCCL goes on with %s%s", d.inner.c_str(),
-                      lost.c_str(), step_aside_next(node_fabric()).c_str(),
-                      node_fabric().after_self.empty() ? " (list the plugin after zipccl in NCCL_NET_PLUGIN, or "
-                                                         "NCCL loses it)"
-                                                       : "");
-        }
+        g_capability_aside = true;
+        ZIPCCL_WARN("zipccl steps aside: wrapping %s would take away %s. NCCL goes on with %s%s", d.inner.c_str(),
+                    lost.c_str(), step_aside_next(node_fabric()).c_str(),
+                    node_fabric().after_self.empty() ? " (list the plugin after zipccl in NCCL_NET_PLUGIN, or "
+                                                       "NCCL loses it)"
+                                                     : "");
         return ncclSystemError;
       }
       if (!lost.empty()) ZIPCCL_WARN("%s: through zipccl NCCL loses %s", origin.c_str(), lost.c_str());
