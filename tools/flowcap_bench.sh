@@ -20,7 +20,8 @@
 #     --data FILE         raw bf16 tensor (default /work/shared/data/gpt19m_grads_step1_layers2-3.bf16)
 #     --modes LIST        zipccl modes (default never,always,auto)
 #     --json FILE         append every run as JSON lines
-#   env: ZIPCCL_BIN (default build/tools/zipccl), ZC_PREFIX (names, default zfc), CC (default cc)
+#   env: ZIPCCL_BIN (default build/tools/zipccl), ZC_PREFIX (names, default zfc), CC (default cc),
+#        FLOWCAP_PERF_ARGS (more `zipccl perf` options, e.g. "--idle-sleep-us 20")
 #
 # Only the namespaces, veth pair and addresses (10.78.0.1/24, 10.78.0.2/24) this script creates are
 # touched; they are removed on exit. Traffic stays between those two namespaces.
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
     --data) DATA=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
     --json) JSON=$2; shift 2 ;;
-    *) sed -n '2,26p' "$0"; exit 2 ;;
+    *) sed -n '2,27p' "$0"; exit 2 ;;
   esac
 done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -164,7 +165,8 @@ BASELINE=--no-baseline
 [ "$REF_STREAMS" -eq 1 ] && BASELINE=""
 run_zipccl() {
   LD_PRELOAD="$PRE" "$BIN" perf --netns "$NS_R,$NS_S" --addr $ADDR_R --ifname "${P}_" $BASELINE \
-    --modes "$MODES" --data "$DATA" --seconds "$SECONDS_" --repeat 1 --json "$WORK/z.jsonl" > "$WORK/z.out"
+    --modes "$MODES" --data "$DATA" --seconds "$SECONDS_" --repeat 1 --json "$WORK/z.jsonl" ${FLOWCAP_PERF_ARGS:-} \
+    > "$WORK/z.out"
   python3 - "$1" "$WORK/z.jsonl" >> "$WORK/runs.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[2]):
@@ -173,12 +175,15 @@ for line in open(sys.argv[2]):
         print(json.dumps({"round": int(sys.argv[1]), "run": "tcp", "gbps": r["gbps"]}))
         continue
     print(json.dumps({"round": int(sys.argv[1]), "run": r["run"], "gbps": r["gbps"], "ratio": r["ratio"],
-                      "compressed": r["compressed"], "messages": r["messages"], "exact": r["exact"]}))
+                      "compressed": r["compressed"], "messages": r["messages"], "exact": r["exact"],
+                      "send_cpu": r["send_cpu"], "recv_cpu": r["recv_cpu"]}))
 PY
   python3 - "$1" "$WORK/z.jsonl" <<'PY'
 import json, sys
 print("  round %s zipccl: " % sys.argv[1] + ", ".join(
-    "%s %.3f Gbit/s (%d/%d compressed)" % (r["run"], r["gbps"], r["compressed"], r["messages"]) if r["run"] != "tcp"
+    "%s %.3f Gbit/s (%d/%d compressed, CPU %.0f%%/%.0f%%)" % (
+        r["run"], r["gbps"], r["compressed"], r["messages"], 100 * r["send_cpu"], 100 * r["recv_cpu"])
+    if r["run"] != "tcp"
     else "perf's plain TCP stream %.3f Gbit/s" % r["gbps"] for r in map(json.loads, open(sys.argv[2]))))
 PY
   rm -f "$WORK/z.jsonl"
