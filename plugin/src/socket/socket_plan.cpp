@@ -11,7 +11,9 @@ namespace zipccl {
 namespace net {
 namespace {
 
-std::string count_text(int v) { return v == kSocketAuto ? "auto" : std::to_string(v); }
+std::string count_text(int v) {
+  return v == kSocketAuto ? "auto" : std::to_string(v);
+}
 
 }  // namespace
 
@@ -53,13 +55,14 @@ StreamPlan plan_streams(int nthreads, int per_thread, const std::string& vendor)
     per_thread = kNcclMaxSockets / nthreads;
     sockets = per_thread * nthreads;
     if (!p.warning.empty()) p.warning += "; ";
-    p.warning += "more than " + std::to_string(kNcclMaxSockets) + " sockets asked; using NCCL_NSOCKS_PERTHREAD=" +
-                 std::to_string(per_thread) + " as NCCL does";
+    p.warning += "more than " + std::to_string(kNcclMaxSockets) +
+                 " sockets asked; using NCCL_NSOCKS_PERTHREAD=" + std::to_string(per_thread) +
+                 " as NCCL does";
   }
   p.nccl_sockets = sockets;
-  p.source = "NCCL_SOCKET_NTHREADS=" + count_text(asked_threads) + " NCCL_NSOCKS_PERTHREAD=" +
-             count_text(asked_per) + autos + ": NCCL " + std::to_string(nthreads) + " threads x " +
-             std::to_string(per_thread) + " sockets";
+  p.source = "NCCL_SOCKET_NTHREADS=" + count_text(asked_threads) +
+             " NCCL_NSOCKS_PERTHREAD=" + count_text(asked_per) + autos + ": NCCL " +
+             std::to_string(nthreads) + " threads x " + std::to_string(per_thread) + " sockets";
   if (sockets == 0) {
     p.source += " (NCCL: data on its control socket; zipccl: 1 data stream)";
     p.nthreads = p.per_thread = p.streams = 1;

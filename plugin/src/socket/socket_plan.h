@@ -23,12 +23,12 @@ constexpr int kNcclMaxSocketThreads = 16;  // NCCL's MAX_THREADS
 constexpr int kNcclMaxSockets = 64;        // NCCL's MAX_SOCKETS
 
 struct StreamPlan {
-  int nthreads = 1;     // helper threads per connection
-  int per_thread = 1;   // data streams each helper thread drives
-  int streams = 1;      // data streams: nthreads * per_thread, at least 1
-  int nccl_sockets = 0; // what NCCL would open besides its control socket (0: data on the control socket)
-  std::string source;   // where the numbers came from, for the INFO line
-  std::string warning;  // a cap applied (NCCL WARNs the same), empty if none
+  int nthreads = 1;      // helper threads per connection
+  int per_thread = 1;    // data streams each helper thread drives
+  int streams = 1;       // data streams: nthreads * per_thread, at least 1
+  int nccl_sockets = 0;  // what NCCL would open besides its control socket (0: data on the control socket)
+  std::string source;    // where the numbers came from, for the INFO line
+  std::string warning;   // a cap applied (NCCL WARNs the same), empty if none
 };
 
 // The PCI vendor ("0x1d0f") of interface `ifname` read under `root` ("" = /) as NCCL reads it (the

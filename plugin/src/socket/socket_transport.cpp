@@ -70,7 +70,8 @@ int make_socket(int family) {
   return fd;
 }
 
-static_assert(kMaxStreams >= static_cast<uint32_t>(kNcclMaxSockets), "zipccl must open as many streams as NCCL");
+static_assert(kMaxStreams >= static_cast<uint32_t>(kNcclMaxSockets),
+              "zipccl must open as many streams as NCCL");
 
 // Builds the helper threads for sockets fds[1..n] (fds[0] is the control stream).
 std::vector<std::unique_ptr<StreamThread>> make_threads(const std::vector<int>& fds, bool sending,
