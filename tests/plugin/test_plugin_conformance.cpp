@@ -2,11 +2,17 @@
 // The same binary runs under ZIPCCL_COMPRESS=never|always|auto (see CMakeLists.txt), and again with
 // ZIPCCL_TEST_PTR=cuda and ZIPCCL_GPU_EMULATE=1: the buffers are then registered as NCCL_PTR_CUDA and go
 // through the plugin's GPU path (host emulation; docs/notes/gpu.md), odd receives marked LL/LL128.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
+#include <set>
 
 #include "plugin_data.h"
 #include "plugin_driver.h"
@@ -183,6 +189,61 @@ TEST_P(Conformance, LargeMessages) {
   msgs.push_back(make_message(DataKind::kBf16Gauss, 64 << 20, 64 << 20, 1));
   msgs.push_back(make_message(DataKind::kRandom, (17 << 20) + 5, (20 << 20), 2));
   EXPECT_EQ(run_transfer(api_.get(), sc, rc, msgs, 2), "");
+  close(sc, rc, lc);
+}
+
+// This process's TCP sockets.
+std::set<int> tcp_fds() {
+  std::set<int> out;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    struct stat st;
+    int proto = 0;
+    socklen_t len = sizeof proto;
+    if (e->d_name[0] != '.' && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
+        getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 && proto == IPPROTO_TCP)
+      out.insert(fd);
+  }
+  closedir(d);
+  return out;
+}
+
+// The runs that set NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (CMakeLists.txt: never 2 x 2 raw,
+// always 3 x 1 compressed, auto6 3 x 2) open that many data streams per connection, and large
+// messages, raw or compressed, travel on every one of them: counted with TCP_INFO on the sockets the
+// connection added to this process (each data stream's receiving end gets >= 1 MiB; the control
+// stream, headers only, less).
+TEST_P(Conformance, DataStreamsAllCarryTheTraffic) {
+  const char* t = std::getenv("NCCL_SOCKET_NTHREADS");
+  const char* n = std::getenv("NCCL_NSOCKS_PERTHREAD");
+  if (!t || !n || std::getenv("ZIPCCL_TEST_INNER_NAME") || std::getenv("ZIPCCL_NET_INNER"))
+    GTEST_SKIP() << "a run of zipccl's socket transport with NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD set";
+  const int streams = std::atoi(t) * std::atoi(n);
+  if (streams < 2 || streams > 64) GTEST_SKIP() << "fewer than two data streams asked";
+  const std::set<int> before = tcp_fds();
+  void *sc, *rc, *lc;
+  pair(&sc, &rc, &lc);
+  std::vector<int> added;
+  for (int fd : tcp_fds()) {
+    if (!before.count(fd)) added.push_back(fd);
+  }
+  // The listener, and both ends of the control stream and of every data stream.
+  EXPECT_EQ(added.size(), static_cast<size_t>(1 + 2 * (streams + 1)));
+  std::vector<Message> msgs;
+  for (int i = 0; i < 24; ++i) msgs.push_back(make_message(DataKind::kBf16Gauss, 4 << 20, 4 << 20, 100 + i));
+  EXPECT_EQ(run_transfer(api_.get(), sc, rc, msgs, 8), "");
+  int carrying = 0;
+  std::string seen;
+  for (int fd : added) {
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
+    seen += " " + std::to_string(info.tcpi_bytes_received >> 10) + "K";
+    if (info.tcpi_bytes_received >= (1u << 20)) ++carrying;
+  }
+  EXPECT_EQ(carrying, streams) << "bytes received per socket:" << seen;
   close(sc, rc, lc);
 }
 

@@ -3,13 +3,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "common/settings.h"
 #include "common/units.h"
 #include "layer/frame.h"
 #include "layer/policy.h"
 #include "socket/socket_iface.h"
+#include "socket/socket_plan.h"
 
 using namespace zipccl::net;
 namespace units = zipccl::units;
@@ -351,4 +355,135 @@ TEST(Policy, ModesAndMinBytes) {
   EXPECT_FALSE(choose(always, 999));
   Policy never(CompressMode::kNever, 0, 1e6, true, 1, 16);
   EXPECT_FALSE(choose(never, 4 << 20));
+}
+
+// NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD with NCCL's semantics (net_socket.cc,
+// ncclNetSocketGetNsockNthread): auto from the interface's PCI vendor, NCCL's caps, and zipccl's one
+// data stream where NCCL would send on its control socket.
+namespace {
+struct FakeRoot {
+  std::string dir;
+  FakeRoot() {
+    char tmpl[] = "/tmp/zipccl_fabric_XXXXXX";
+    dir = mkdtemp(tmpl);
+  }
+  ~FakeRoot() { EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0); }
+  void vendor(const std::string& ifname, const std::string& text) {
+    const std::string d = dir + "/sys/class/net/" + ifname + "/device";
+    ASSERT_EQ(std::system(("mkdir -p '" + d + "'").c_str()), 0);
+    FILE* f = std::fopen((d + "/vendor").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  }
+};
+}  // namespace
+
+TEST(SocketPlan, VendorReadUnderTheFabricRoot) {
+  FakeRoot root;
+  root.vendor("eth0", "0x1d0f\n");
+  root.vendor("ens4", "0x1ae0\n");
+  EXPECT_EQ(interface_vendor(root.dir, "eth0"), "0x1d0f");
+  EXPECT_EQ(interface_vendor(root.dir, "ens4"), "0x1ae0");
+  EXPECT_EQ(interface_vendor(root.dir, "veth7"), "");  // no device: a virtual link
+}
+
+TEST(SocketPlan, AwsVendorFileGivesSixteenStreams) {
+  FakeRoot root;
+  root.vendor("eth0", "0x1d0f\n");
+  StreamPlan p = plan_streams(kSocketAuto, kSocketAuto, interface_vendor(root.dir, "eth0"));
+  EXPECT_EQ(p.streams, 16);
+  EXPECT_EQ(p.nthreads, 2);
+  EXPECT_EQ(p.per_thread, 8);
+  EXPECT_EQ(p.nccl_sockets, 16);
+  EXPECT_NE(p.source.find("AWS"), std::string::npos) << p.source;
+  EXPECT_TRUE(p.warning.empty());
+}
+
+TEST(SocketPlan, AutoDefaultsByVendor) {
+  StreamPlan gcp = plan_streams(kSocketAuto, kSocketAuto, "0x1ae0");
+  EXPECT_EQ(gcp.nthreads, 4);
+  EXPECT_EQ(gcp.per_thread, 1);
+  EXPECT_EQ(gcp.streams, 4);
+  // Anything else: NCCL 0 threads x 1 socket, its data on the control socket; zipccl one data stream.
+  for (const char* v : {"", "0x15b3", "0x8086", "0x1d0"}) {
+    StreamPlan p = plan_streams(kSocketAuto, kSocketAuto, v);
+    EXPECT_EQ(p.nccl_sockets, 0) << v;
+    EXPECT_EQ(p.streams, 1) << v;
+    EXPECT_EQ(p.nthreads, 1) << v;
+    EXPECT_EQ(p.per_thread, 1) << v;
+  }
+}
+
+TEST(SocketPlan, ExplicitValuesOverrideTheVendor) {
+  // Both given: the vendor does not matter.
+  for (const char* v : {"", "0x1d0f", "0x1ae0"}) {
+    StreamPlan p = plan_streams(3, 2, v);
+    EXPECT_EQ(p.streams, 6) << v;
+    EXPECT_EQ(p.nthreads, 3) << v;
+    EXPECT_EQ(p.per_thread, 2) << v;
+  }
+  // One given: the other stays auto, as in NCCL.
+  EXPECT_EQ(plan_streams(4, kSocketAuto, "0x1d0f").streams, 32);  // 4 x AWS's 8
+  EXPECT_EQ(plan_streams(kSocketAuto, 2, "0x1d0f").streams, 4);   // AWS's 2 x 2
+  EXPECT_EQ(plan_streams(kSocketAuto, 4, "0x1ae0").streams, 16);  // GCP's 4 x 4
+  EXPECT_EQ(plan_streams(kSocketAuto, 8, "").nccl_sockets, 0);    // 0 threads: control socket only
+  EXPECT_EQ(plan_streams(kSocketAuto, 8, "").streams, 1);
+  EXPECT_EQ(plan_streams(5, kSocketAuto, "").streams, 5);         // 5 x 1
+  // An explicit 0 on an AWS node turns the streams off as in NCCL: one stream for zipccl.
+  EXPECT_EQ(plan_streams(0, kSocketAuto, "0x1d0f").streams, 1);
+  EXPECT_EQ(plan_streams(2, 0, "0x1d0f").streams, 1);
+}
+
+TEST(SocketPlan, NcclCaps) {
+  StreamPlan t = plan_streams(20, 1, "");
+  EXPECT_EQ(t.nthreads, kNcclMaxSocketThreads);
+  EXPECT_EQ(t.streams, 16);
+  EXPECT_NE(t.warning.find("NCCL_SOCKET_NTHREADS=20"), std::string::npos) << t.warning;
+  StreamPlan s = plan_streams(16, 8, "");  // 128 sockets: 64 / 16 = 4 per thread
+  EXPECT_EQ(s.nthreads, 16);
+  EXPECT_EQ(s.per_thread, 4);
+  EXPECT_EQ(s.streams, kNcclMaxSockets);
+  EXPECT_FALSE(s.warning.empty());
+  StreamPlan r = plan_streams(3, 30, "");  // 90: 64 / 3 = 21 per thread, 63 streams
+  EXPECT_EQ(r.per_thread, 21);
+  EXPECT_EQ(r.streams, 63);
+  StreamPlan a = plan_streams(kSocketAuto, 100, "0x1d0f");  // AWS's 2 x 100: 2 x 32
+  EXPECT_EQ(a.per_thread, 32);
+  EXPECT_EQ(a.streams, 64);
+  EXPECT_TRUE(plan_streams(16, 4, "").warning.empty());  // exactly at the caps
+}
+
+TEST(Settings, SocketAliasesFillInAndWarnWhenContradicted) {
+  std::string w;
+  EXPECT_EQ(merge_socket_alias("NCCL_SOCKET_NTHREADS", false, kSocketAuto, "ZIPCCL_SOCKET_NTHREADS", kSocketUnset,
+                               &w),
+            kSocketAuto);
+  EXPECT_EQ(merge_socket_alias("NCCL_SOCKET_NTHREADS", false, kSocketAuto, "ZIPCCL_SOCKET_NTHREADS", 3, &w), 3);
+  EXPECT_TRUE(w.empty());
+  EXPECT_EQ(merge_socket_alias("NCCL_SOCKET_NTHREADS", true, 4, "ZIPCCL_SOCKET_NTHREADS", 4, &w), 4);
+  EXPECT_TRUE(w.empty());  // agreeing: no warning
+  EXPECT_EQ(merge_socket_alias("NCCL_SOCKET_NTHREADS", true, 4, "ZIPCCL_SOCKET_NTHREADS", 3, &w), 4);
+  EXPECT_NE(w.find("ZIPCCL_SOCKET_NTHREADS=3 contradicts NCCL_SOCKET_NTHREADS=4"), std::string::npos) << w;
+  w.clear();
+  EXPECT_EQ(merge_socket_alias("NCCL_NSOCKS_PERTHREAD", true, kSocketAuto, "ZIPCCL_NSOCKS_PERTHREAD", 2, &w),
+            kSocketAuto);  // NCCL_NSOCKS_PERTHREAD=auto given explicitly still wins
+  EXPECT_NE(w.find("NCCL_NSOCKS_PERTHREAD=auto"), std::string::npos) << w;
+}
+
+// NCCL's variables are declared in the registry with NCCL's default; the old names are aliases.
+TEST(Settings, SocketCountsInTheRegistry) {
+  int found = 0;
+  for (const SettingInfo& i : describe_settings()) {
+    if (i.name == "NCCL_SOCKET_NTHREADS" || i.name == "NCCL_NSOCKS_PERTHREAD") {
+      ++found;
+      EXPECT_EQ(i.default_value, "auto") << i.name;
+      EXPECT_EQ(i.values, "auto|integer 0..1024") << i.name;
+    }
+    if (i.name == "ZIPCCL_SOCKET_NTHREADS" || i.name == "ZIPCCL_NSOCKS_PERTHREAD") {
+      ++found;
+      EXPECT_EQ(i.default_value, "unset") << i.name;
+    }
+  }
+  EXPECT_EQ(found, 4);
 }

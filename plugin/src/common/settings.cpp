@@ -174,6 +174,33 @@ Entry text(const char* name, std::string* field, const char* doc) {
           [field] { return *field; }};
 }
 
+// A thread or socket count as NCCL reads NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD: "auto" (or
+// NCCL's -2) or a count; counts above NCCL's caps are accepted and capped where the streams are
+// planned, with NCCL's WARN (socket/socket_plan.h).
+std::string socket_count_text(int v) {
+  if (v == kSocketAuto) return "auto";
+  if (v == kSocketUnset) return "unset";
+  return std::to_string(v);
+}
+
+Entry socket_count(const char* name, int* field, const char* doc) {
+  return {name, "auto|integer 0.." + std::to_string(kSocketCountMax), doc,
+          [field](const char* v, std::string* expected) {
+            long x;
+            if (std::strcmp(v, "auto") == 0 || std::strcmp(v, "-2") == 0) {
+              *field = kSocketAuto;
+              return true;
+            }
+            if (!parse_long(v, 0, kSocketCountMax, &x)) {
+              *expected = "auto or an integer in [0, " + std::to_string(kSocketCountMax) + "]";
+              return false;
+            }
+            *field = static_cast<int>(x);
+            return true;
+          },
+          [field] { return socket_count_text(*field); }};
+}
+
 constexpr const char* kIsaValues = "auto|avx512|avx2|neon|scalar";
 
 Entry isa(const char* name, codec::Isa* field, const char* doc) {
@@ -191,13 +218,30 @@ std::vector<std::string> g_messages;  // parse warnings, logged once the logger 
 std::once_flag g_read_once, g_log_once;
 std::map<std::string, std::string> g_problems;  // setting name -> why its value was rejected
 
+// The ZIPCCL_ aliases of NCCL's socket variables (merge_socket_alias), read after the registry.
+void apply_socket_alias(const char* nccl_name, int* nccl_field, const char* alias_name, int alias) {
+  const char* v = std::getenv(nccl_name);
+  const bool nccl_given = v && *v && !g_problems.count(nccl_name);
+  std::string warning;
+  *nccl_field = merge_socket_alias(nccl_name, nccl_given, *nccl_field, alias_name, alias, &warning);
+  if (!warning.empty()) g_messages.push_back(warning);
+}
+
 std::vector<Entry> registry(Settings* s) {
   return {
       choice("ZIPCCL_COMPRESS", &s->compress, "auto|always|never: compress host messages"),
       size("ZIPCCL_MIN_BYTES", &s->min_bytes, 0, 1ull << 40, "messages smaller than this always go raw"),
       choice("ZIPCCL_DTYPE", &s->dtype, "auto|bf16|fp16|fp32: element type of the traffic"),
-      integer("ZIPCCL_SOCKET_NTHREADS", &s->socket_nthreads, 1, 16, "helper threads per connection"),
-      integer("ZIPCCL_NSOCKS_PERTHREAD", &s->nsocks_per_thread, 1, 16, "TCP streams per helper thread"),
+      socket_count("NCCL_SOCKET_NTHREADS", &s->socket_nthreads,
+                   "socket: helper threads per connection, as NCCL's (auto: by the NIC's vendor, AWS 2, GCP 4, "
+                   "else 0; at most 16)"),
+      socket_count("NCCL_NSOCKS_PERTHREAD", &s->nsocks_per_thread,
+                   "socket: TCP data streams per helper thread, as NCCL's (auto: AWS 8, else 1; at most 64 "
+                   "streams; none gives one stream)"),
+      socket_count("ZIPCCL_SOCKET_NTHREADS", &s->socket_nthreads_alias,
+                   "alias of NCCL_SOCKET_NTHREADS (which wins where both are set)"),
+      socket_count("ZIPCCL_NSOCKS_PERTHREAD", &s->nsocks_per_thread_alias,
+                   "alias of NCCL_NSOCKS_PERTHREAD (which wins where both are set)"),
       size("ZIPCCL_MIN_CHUNK_BYTES", &s->min_chunk_bytes, 4096, 1ull << 30,
            "smallest piece a message is split into across streams"),
       size("ZIPCCL_INLINE_BYTES", &s->inline_bytes, 0, 1ull << 20, "payloads up to this size travel on the control stream"),
@@ -255,6 +299,10 @@ void read_all() {
       g_problems[e.name] = m;
     }
   }
+  apply_socket_alias("NCCL_SOCKET_NTHREADS", &s->socket_nthreads, "ZIPCCL_SOCKET_NTHREADS",
+                     s->socket_nthreads_alias);
+  apply_socket_alias("NCCL_NSOCKS_PERTHREAD", &s->nsocks_per_thread, "ZIPCCL_NSOCKS_PERTHREAD",
+                     s->nsocks_per_thread_alias);
 }
 
 }  // namespace
@@ -306,6 +354,18 @@ std::vector<SettingInfo> describe_settings() {
 std::string format_bytes(uint64_t n) { return units::format_size(n); }
 
 bool parse_bytes(const char* s, uint64_t* out) { return units::parse_size(s, out); }
+
+int merge_socket_alias(const char* nccl_name, bool nccl_given, int nccl_value, const char* alias_name, int alias,
+                       std::string* warning) {
+  if (alias == kSocketUnset) return nccl_value;
+  if (!nccl_given) return alias;
+  if (nccl_value != alias) {
+    *warning = std::string(alias_name) + "=" + socket_count_text(alias) + " contradicts " + nccl_name + "=" +
+               socket_count_text(nccl_value) + "; using " + nccl_name + "'s value (" + alias_name +
+               " is its alias)";
+  }
+  return nccl_value;
+}
 
 codec::Isa codec_isa() {
   static const codec::Isa isa = codec::effective_isa(settings().codec_isa);

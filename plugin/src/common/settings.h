@@ -30,12 +30,23 @@ constexpr int kIbTimeoutMin = 1;
 constexpr int kIbTimeoutMax = 31;
 constexpr int kIbRetryCntMax = 7;
 
+// NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD: NCCL's variables with NCCL's meaning. kSocketAuto is
+// NCCL's own default (-2): chosen from the interface's PCI vendor (socket/socket_plan.h).
+// kSocketUnset: the ZIPCCL_ alias was not given.
+constexpr int kSocketAuto = -2;
+constexpr int kSocketUnset = -3;
+constexpr int kSocketCountMax = 1024;  // accepted; NCCL's caps (16 threads, 64 sockets) apply after
+
 struct Settings {
   CompressMode compress = CompressMode::kAuto;
   uint64_t min_bytes = 64 << 10;
   DtypeHint dtype = DtypeHint::kAuto;
-  int socket_nthreads = 2;    // helper threads per connection
-  int nsocks_per_thread = 1;  // TCP streams each helper thread drives
+  int socket_nthreads = kSocketAuto;    // NCCL_SOCKET_NTHREADS: helper threads per connection
+  int nsocks_per_thread = kSocketAuto;  // NCCL_NSOCKS_PERTHREAD: TCP data streams per helper thread
+  // ZIPCCL_SOCKET_NTHREADS / ZIPCCL_NSOCKS_PERTHREAD: older names, aliases of the NCCL variables
+  // (kSocketUnset when not given; the NCCL variable wins, with a WARN, where both disagree).
+  int socket_nthreads_alias = kSocketUnset;
+  int nsocks_per_thread_alias = kSocketUnset;
   uint64_t min_chunk_bytes = 64 << 10;
   uint64_t inline_bytes = 16 << 10;
   int workers = 1;        // codec worker threads (process-wide pool)
@@ -90,6 +101,11 @@ void log_settings_once();
 std::string format_bytes(uint64_t n);
 // Parses a size as the settings do (common/units.h). False on anything else.
 bool parse_bytes(const char* s, uint64_t* out);
+// NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD and their ZIPCCL_ alias: the value in force. An alias
+// (not kSocketUnset) fills in where the NCCL variable was not given (`nccl_given` false); where both
+// were given and disagree the NCCL variable wins and *warning says so.
+int merge_socket_alias(const char* nccl_name, bool nccl_given, int nccl_value, const char* alias_name, int alias,
+                       std::string* warning);
 // The names the settings accept for each choice.
 const char* compress_mode_name(CompressMode m);
 const char* transport_name(TransportChoice t);

@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "common/settings.h"
 #include "socket/socket_iface.h"
+#include "socket/socket_plan.h"
 #include "socket/socket_streams.h"
 #include "socket/socket_transport.h"
 #include "socket/socket_wire.h"
@@ -69,11 +70,8 @@ int make_socket(int family) {
   return fd;
 }
 
-int stream_count() {
-  const Settings& s = settings();
-  int n = s.socket_nthreads * s.nsocks_per_thread;
-  return n > static_cast<int>(kMaxStreams) ? static_cast<int>(kMaxStreams) : n;
-}
+static_assert(kMaxStreams >= static_cast<uint32_t>(kNcclMaxSockets),
+              "zipccl must open as many streams as NCCL");
 
 // Builds the helper threads for sockets fds[1..n] (fds[0] is the control stream).
 std::vector<std::unique_ptr<StreamThread>> make_threads(const std::vector<int>& fds, bool sending,
@@ -406,7 +404,7 @@ class SocketRecvConn final : public RecvConn, private SocketConn {
 
 class SocketListener final : public Listener {
  public:
-  SocketListener(int fd, uint64_t nonce) : fd_(fd), nonce_(nonce) {}
+  SocketListener(int fd, uint64_t nonce, int per_thread) : fd_(fd), nonce_(nonce), per_thread_(per_thread) {}
   ~SocketListener() override {
     close(fd_);
     for (Pending& p : pending_) close(p.fd);
@@ -484,8 +482,9 @@ class SocketListener final : public Listener {
       bool complete = true;
       for (int fd : it->second.fds) complete &= fd >= 0;
       if (complete) {
+        // The sender follows this listener's plan (handle), so its streams group as ours do.
         int nstreams = static_cast<int>(it->second.fds.size()) - 1;
-        int per = settings().nsocks_per_thread;
+        int per = per_thread_;
         *conn = new SocketRecvConn(it->second.fds, per < nstreams ? per : (nstreams ? nstreams : 1));
         groups_.erase(it);
         return ncclSuccess;
@@ -527,6 +526,7 @@ class SocketListener final : public Listener {
 
   int fd_;
   uint64_t nonce_;
+  int per_thread_;  // this listener's plan: data streams per helper thread
   std::vector<Pending> pending_;
   std::map<uint64_t, Group> groups_;
 };
@@ -537,6 +537,7 @@ struct ConnectState {
   uint64_t nonce;
   uint64_t conn_id;
   int nstreams;
+  int per_thread;
   std::vector<int> fds;
   std::vector<Hello> hellos;
   std::vector<size_t> sent;
@@ -550,7 +551,19 @@ std::set<ConnectState*> g_connects;
 
 class SocketTransport final : public Transport {
  public:
-  SocketTransport(std::vector<SocketIface> ifaces) : ifaces_(std::move(ifaces)) {}
+  SocketTransport(std::vector<SocketIface> ifaces) : ifaces_(std::move(ifaces)) {
+    // NCCL decides per device at listen (its handle carries the counts); the settings are read once,
+    // so each device's plan is fixed here and logged once.
+    const Settings& s = settings();
+    for (const SocketIface& i : ifaces_) {
+      const std::string vendor = interface_vendor(s.fabric_root, i.name);
+      StreamPlan p = plan_streams(s.socket_nthreads, s.nsocks_per_thread, vendor);
+      if (!p.warning.empty()) ZIPCCL_WARN("%s: %s", i.name.c_str(), p.warning.c_str());
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "%s: %d data streams per connection, %d helper threads x %d (%s)",
+                  i.name.c_str(), p.streams, p.nthreads, p.per_thread, p.source.c_str());
+      plans_.push_back(p);
+    }
+  }
   const char* name() const override { return "socket"; }
   int device_count() const override { return static_cast<int>(ifaces_.size()); }
 
@@ -593,9 +606,11 @@ class SocketTransport final : public Transport {
     h.magic = kHandleMagic;
     h.nonce = random_u64();
     h.addr = addr;
+    h.nstreams = static_cast<uint32_t>(plans_[dev].streams);
+    h.per_thread = static_cast<uint32_t>(plans_[dev].per_thread);
     std::memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
     std::memcpy(handle, &h, sizeof h);
-    *listener = new SocketListener(fd, h.nonce);
+    *listener = new SocketListener(fd, h.nonce, plans_[dev].per_thread);
     ZIPCCL_TRACE("listening on %s", addr_to_string(addr).c_str());
     return ncclSuccess;
   }
@@ -607,6 +622,11 @@ class SocketTransport final : public Transport {
     if (h.magic != kHandleMagic || (h.addr.sa.sa_family != AF_INET && h.addr.sa.sa_family != AF_INET6)) {
       ZIPCCL_WARN("connect: the handle is not a zipccl socket handle (magic %016llx)",
                   (unsigned long long)h.magic);
+      return ncclInternalError;
+    }
+    if (h.nstreams < 1 || h.nstreams > kMaxStreams || h.per_thread < 1 || h.per_thread > h.nstreams) {
+      ZIPCCL_WARN("connect: the handle asks for %u data streams, %u per thread (1..%u expected)", h.nstreams,
+                  h.per_thread, kMaxStreams);
       return ncclInternalError;
     }
     ConnectState* st = reinterpret_cast<ConnectState*>(static_cast<uintptr_t>(h.connect_state));
@@ -621,7 +641,8 @@ class SocketTransport final : public Transport {
       st->peer = h.addr;
       st->nonce = h.nonce;
       st->conn_id = random_u64();
-      st->nstreams = stream_count();
+      st->nstreams = static_cast<int>(h.nstreams);
+      st->per_thread = static_cast<int>(h.per_thread);
       st->fds.assign(st->nstreams + 1, -1);
       st->hellos.resize(st->nstreams + 1);
       st->sent.assign(st->nstreams + 1, 0);
@@ -652,8 +673,7 @@ class SocketTransport final : public Transport {
       h.connect_state = 0;
       std::memcpy(handle, &h, sizeof h);
       if (res == ncclSuccess) {
-        int per = settings().nsocks_per_thread;
-        *conn = new SocketSendConn(st->fds, per < st->nstreams ? per : (st->nstreams ? st->nstreams : 1));
+        *conn = new SocketSendConn(st->fds, st->per_thread);
       } else {
         for (int fd : st->fds) {
           if (fd >= 0) close(fd);
@@ -747,6 +767,7 @@ class SocketTransport final : public Transport {
   }
 
   std::vector<SocketIface> ifaces_;
+  std::vector<StreamPlan> plans_;  // one per device
 };
 
 }  // namespace

@@ -25,7 +25,11 @@ struct SocketHandle {
   uint64_t magic;
   uint64_t nonce;  // identifies the listener; hellos must carry it
   SocketAddr addr;
-  uint8_t reserved[24];
+  // The listener's stream plan (socket_plan.h), which the connecting side follows, as NCCL's handle
+  // carries its listener's nSocks / nThreads.
+  uint32_t nstreams;    // data streams, 1..kMaxStreams
+  uint32_t per_thread;  // data streams per helper thread, 1..nstreams
+  uint8_t reserved[16];
   uint64_t connect_state;  // 0 on the wire; a registered pointer while connecting
 };
 static_assert(sizeof(SocketHandle) <= 128, "handle must fit NCCL_NET_HANDLE_MAXSIZE");
