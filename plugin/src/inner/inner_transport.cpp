@@ -126,7 +126,8 @@ class Registrations {
   // NCCL_PTR_CUDA; otherwise zipccl's GPU path stages it through host memory and the inner never sees
   // it. The first device registration (NCCL's buffer: the staging is made right after it) decides
   // between dma-buf and the fallback: an export that fails there leaves the comm on NCCL_PTR_CUDA or on
-  // host staging; one that fails later fails the registration.
+  // host staging (a buffer NCCL gave its own fd for is still forwarded with it); one that fails later
+  // fails the registration.
   ncclResult_t pin(const MemDesc& m) {
     if (!m.device) return add(m);
     if (m.size == 0 && how_ != DeviceReg::kCuda) {  // nothing to export, nothing the inner would read
@@ -143,7 +144,7 @@ class Registrations {
       ZIPCCL_CHECK(export_dmabuf(m, &fd, &offset));
     }
     say_device_reg(dm_, how_);
-    if (how_ == DeviceReg::kHost) return ncclSuccess;
+    if (how_ == DeviceReg::kHost) return m.dmabuf_fd >= 0 && dm_.dmabuf ? add(m) : ncclSuccess;  // NCCL's fd
     MemDesc r = m;
     if (how_ == DeviceReg::kCuda) {
       r.dmabuf_fd = dm_.dmabuf ? m.dmabuf_fd : -1;  // NCCL's fd where the device takes one
