@@ -200,7 +200,8 @@ typedef struct {
 } fake_mr_t;
 
 enum { kSendReq = 1, kRecvReq = 2, kFlushReq = 3 };
-typedef struct {
+typedef struct fake_req_s {
+  struct fake_req_s *prev, *next; /* in g_live while handed out */
   int kind, n, filled;
   size_t send_size;
   void* data[8];
@@ -210,6 +211,26 @@ typedef struct {
   size_t got[8];
   int cuda[8]; /* receive i's registration is NCCL_PTR_CUDA: its message waits for an iflush */
 } fake_req_t;
+
+/* Requests handed out and not yet completed stay reachable here, as a real plugin's request pool keeps
+ * them: a connection zipccl leaves open with requests in flight (after a failure) never tests them. */
+static fake_req_t g_live = {.prev = &g_live, .next = &g_live};
+static fake_req_t* hand_out(fake_req_t* q) {
+  pthread_mutex_lock(&g_mu);
+  q->next = &g_live;
+  q->prev = g_live.prev;
+  g_live.prev->next = q;
+  g_live.prev = q;
+  pthread_mutex_unlock(&g_mu);
+  return q;
+}
+static void retire(fake_req_t* q) {
+  pthread_mutex_lock(&g_mu);
+  q->prev->next = q->next;
+  q->next->prev = q->prev;
+  pthread_mutex_unlock(&g_mu);
+  free(q);
+}
 
 /* Messages received into CUDA-registered memory, not yet visible (under g_mu). */
 typedef struct {
@@ -449,7 +470,7 @@ static ncclResult_t f_isend(void* c, void* d, size_t s, int t, void* m, void* ph
   req->kind = kSendReq;
   req->send_size = s;
   count_posted(m);
-  *r = req;
+  *r = hand_out(req);
   return ncclSuccess;
 }
 static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** m, void** ph, void** r) {
@@ -484,7 +505,7 @@ static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** 
     count_posted(m[i]);
     if (req->cuda[i]) __atomic_add_fetch(&fake_inner_state.recv_cuda, 1, __ATOMIC_RELAXED);
   }
-  *r = req;
+  *r = hand_out(req);
   return ncclSuccess;
 }
 /* Makes the messages received into [d[i], d[i] + s[i]) visible; the request completes at its first
@@ -518,7 +539,7 @@ static ncclResult_t f_iflush(void* c, int n, void** d, int* s, void** m, void** 
   fake_req_t* req = (fake_req_t*)calloc(1, sizeof *req);
   if (!req) return ncclSystemError;
   req->kind = kFlushReq;
-  *r = req;
+  *r = hand_out(req);
   return ncclSuccess;
 }
 static ncclResult_t f_test(void* r, int* done, int* sizes) {
@@ -527,7 +548,7 @@ static ncclResult_t f_test(void* r, int* done, int* sizes) {
   if (req->kind == kSendReq || req->kind == kFlushReq) {
     *done = 1;
     if (sizes) sizes[0] = (int)req->send_size;
-    free(req);
+    retire(req);
     return ncclSuccess;
   }
   pthread_mutex_lock(&g_mu);
@@ -536,7 +557,7 @@ static ncclResult_t f_test(void* r, int* done, int* sizes) {
   if (!complete) return ncclSuccess;
   *done = 1;
   for (int i = 0; sizes && i < req->n; ++i) sizes[i] = (int)req->got[i];
-  free(req);
+  retire(req);
   return ncclSuccess;
 }
 
