@@ -10,7 +10,10 @@
 #include "testing/gpu_emulated.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -114,6 +117,25 @@ class EmulatedOps final : public DeviceOps {
   void free_host(void* p) override {
     setup_call();
     std::free(p);
+  }
+  // The emulated dma-buf is a memfd as long as the exported range (host pages around [p, p + n)), so
+  // whoever registers it can check the fd (fstat) and that the range fits.
+  ncclResult_t dmabuf_fd(const void* p, size_t n, int* fd, uint64_t* offset) override {
+    *fd = -1;
+    *offset = 0;
+    ZIPCCL_CHECK(sticky("cuMemGetHandleForAddressRange"));
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p), base = a & ~(page - 1);
+    const uintptr_t end = (a + n + page - 1) & ~(page - 1);
+    const int f = memfd_create("zipccl-emulated-dmabuf", MFD_CLOEXEC);
+    if (f < 0 || ftruncate(f, static_cast<off_t>(end - base)) != 0) {
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "emulated dma-buf export of %zu bytes: %s", n, std::strerror(errno));
+      if (f >= 0) close(f);
+      return ncclSystemError;
+    }
+    *fd = f;
+    *offset = a - base;
+    return ncclSuccess;
   }
 
   ncclResult_t encode(void* stream, const void* src, size_t n, void* dst, size_t cap, codec::ElemType type,

@@ -11,7 +11,13 @@
  * covered by a registration of this plugin. Data is copied at the send; a receive group completes when
  * all its receives have their message.
  * ZIPCCL_TEST_FAKE_CUDA=1 (read at init): the devices also take NCCL_PTR_CUDA, as an inner with GPUDirect
- * does; =dev1: only device 1 (and fused devices) does, and a comm of device 0 refuses device memory. Under zipccl's GPU host emulation "device" memory is host memory, so the bytes still move; what
+ * does; =dev1: only device 1 (and fused devices) does, and a comm of device 0 refuses device memory;
+ * =dmabuf: the devices take NCCL_PTR_HOST|NCCL_PTR_DMABUF, as an NCCL-IB-like plugin on a host without
+ * nvidia-peermem: regMr of NCCL_PTR_CUDA is refused, device memory registers only through regMrDmaBuf
+ * with a valid fd whose file covers [offset, offset + size) (fstat), and at exit the stand-in checks
+ * that device memory the GPU emulation announced was registered and carried that way (see
+ * check_dmabuf_at_exit).
+ * Under zipccl's GPU host emulation "device" memory is host memory, so the bytes still move; what
  * is device memory the test declares (fake_inner_declare_device), and every regMr must say NCCL_PTR_CUDA
  * exactly for declared memory, every isend/irecv must use a registration of the type its buffer has:
  * a buffer registered with the wrong type is an error, as it would be for a real NIC.
@@ -25,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "nccl/net_v12.h"
 
@@ -45,6 +52,11 @@ typedef struct {
   int iflush_calls;
   int recv_cuda;   /* irecv buffers taken with a CUDA registration (landings in device memory) */
   int unflushed;   /* messages received into CUDA memory and not yet made visible by an iflush */
+  /* Appended (tests mirror a prefix of this struct): */
+  int regs_dmabuf;    /* regMrDmaBuf calls taken (device memory with a dma-buf fd); also in regs_cuda */
+  int regs_dmabuf_declared; /* of them, of memory declared device memory (the GPU path's staging) */
+  int refused_cuda;   /* regMr of NCCL_PTR_CUDA refused (ZIPCCL_TEST_FAKE_CUDA=dmabuf); also in errors */
+  int device_allocs;  /* device allocations the GPU emulation announced (ZIPCCL_GPU_EMULATE_TELL) */
 } fake_inner_state_t;
 
 __attribute__((visibility("default"))) fake_inner_state_t fake_inner_state;
@@ -59,7 +71,9 @@ static ncclDebugLogger_t g_log;
 static int g_ndev = kDevices;
 static char g_names[kMaxDevices][16] = {"fake0", "fake1"};
 static ncclNetVDeviceProps_v12_t g_vprops[kMaxDevices];
-static int g_cuda; /* ZIPCCL_TEST_FAKE_CUDA: 0 none, 1 every device, 2 all but device 0 */
+/* ZIPCCL_TEST_FAKE_CUDA: 0 none, 1 every device, 2 all but device 0, 3 dma-buf only (every device) */
+enum { kCudaNone, kCudaAll, kCudaDev1, kCudaDmaBuf };
+static int g_cuda;
 
 /* Device memory as the test declares it (fake_inner_declare_device). */
 enum { kMaxDeviceRanges = 64 };
@@ -90,6 +104,7 @@ __attribute__((visibility("default"))) int fake_inner_declare_device(const void*
 __attribute__((visibility("default"))) void fake_inner_device_memory(const void* p, size_t n) {
   if (n) {
     if (!fake_inner_declare_device(p, n)) __atomic_add_fetch(&fake_inner_state.errors, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&fake_inner_state.device_allocs, 1, __ATOMIC_RELAXED);
     return;
   }
   pthread_mutex_lock(&g_mu);
@@ -112,7 +127,8 @@ static int is_device(const void* p, size_t n) {
   pthread_mutex_unlock(&g_mu);
   return dev;
 }
-static int takes_cuda(int dev) { return g_cuda == 1 || (g_cuda == 2 && dev != 0); }
+static int takes_cuda(int dev) { return g_cuda == kCudaAll || (g_cuda == kCudaDev1 && dev != 0); }
+static int takes_dmabuf(int dev) { return (void)dev, g_cuda == kCudaDmaBuf; }
 static const char* type_name(int t) { return t == NCCL_PTR_CUDA ? "NCCL_PTR_CUDA" : "NCCL_PTR_HOST"; }
 
 #define FAKE_WARN(...)                                                         \
@@ -126,7 +142,11 @@ static ncclResult_t f_init(void** ctx, uint64_t comm_id, ncclNetCommConfig_v12_t
   (void)comm_id, (void)cfg, (void)prof;
   ++fake_inner_state.inits;
   const char* cuda = getenv("ZIPCCL_TEST_FAKE_CUDA");
-  g_cuda = !cuda ? 0 : strcmp(cuda, "1") == 0 ? 1 : strcmp(cuda, "dev1") == 0 ? 2 : 0;
+  g_cuda = !cuda                         ? kCudaNone
+           : strcmp(cuda, "1") == 0      ? kCudaAll
+           : strcmp(cuda, "dev1") == 0   ? kCudaDev1
+           : strcmp(cuda, "dmabuf") == 0 ? kCudaDmaBuf
+                                         : kCudaNone;
   g_log = log;
   *ctx = &g_ctx_marker;
   return ncclSuccess;
@@ -150,7 +170,7 @@ static ncclResult_t f_props(int dev, ncclNetProperties_v12_t* p) {
   if (dev < 0 || dev >= ndev) return ncclInvalidArgument;
   memset(p, 0, sizeof *p);
   p->name = g_names[dev];
-  p->ptrSupport = NCCL_PTR_HOST | (takes_cuda(dev) ? NCCL_PTR_CUDA : 0);
+  p->ptrSupport = NCCL_PTR_HOST | (takes_cuda(dev) ? NCCL_PTR_CUDA : 0) | (takes_dmabuf(dev) ? NCCL_PTR_DMABUF : 0);
   p->speed = 100000;
   p->latency = 1;
   p->maxComms = 1024;
@@ -176,10 +196,12 @@ typedef struct {
   void* data;
   size_t size;
   int type;
+  int dmabuf; /* registered through regMrDmaBuf */
 } fake_mr_t;
 
 enum { kSendReq = 1, kRecvReq = 2, kFlushReq = 3 };
-typedef struct {
+typedef struct fake_req_s {
+  struct fake_req_s *prev, *next; /* in g_live while handed out */
   int kind, n, filled;
   size_t send_size;
   void* data[8];
@@ -189,6 +211,26 @@ typedef struct {
   size_t got[8];
   int cuda[8]; /* receive i's registration is NCCL_PTR_CUDA: its message waits for an iflush */
 } fake_req_t;
+
+/* Requests handed out and not yet completed stay reachable here, as a real plugin's request pool keeps
+ * them: a connection zipccl leaves open with requests in flight (after a failure) never tests them. */
+static fake_req_t g_live = {.prev = &g_live, .next = &g_live};
+static fake_req_t* hand_out(fake_req_t* q) {
+  pthread_mutex_lock(&g_mu);
+  q->next = &g_live;
+  q->prev = g_live.prev;
+  g_live.prev->next = q;
+  g_live.prev = q;
+  pthread_mutex_unlock(&g_mu);
+  return q;
+}
+static void retire(fake_req_t* q) {
+  pthread_mutex_lock(&g_mu);
+  q->prev->next = q->next;
+  q->next->prev = q->prev;
+  pthread_mutex_unlock(&g_mu);
+  free(q);
+}
 
 /* Messages received into CUDA-registered memory, not yet visible (under g_mu). */
 typedef struct {
@@ -301,13 +343,13 @@ static ncclResult_t f_close(void* c) {
   if (last) free(p);
   return ncclSuccess;
 }
-static ncclResult_t f_reg(void* c, void* d, size_t s, int t, void** m) {
-  const fake_pipe_t* p = (const fake_pipe_t*)c;
-  if (t != NCCL_PTR_HOST && !(t == NCCL_PTR_CUDA && takes_cuda(p->dev))) {
-    FAKE_WARN("fake-inner: regMr of type %d on a comm of device %d, which does not take it", t, p->dev);
-    return ncclInternalError;
-  }
-  int want = is_device(d, s) ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
+/* A registration of [d, d + s) as type t (dmabuf: through regMrDmaBuf), once the caller checked how.
+ * A dma-buf is device memory by construction (its exporter, CUDA, checked that), so memory the test did
+ * not declare (the conformance suite's "device" buffers) may come that way; declared device memory
+ * must still be registered as such. */
+static ncclResult_t add_reg(void* d, size_t s, int t, int dmabuf, void** m) {
+  const int declared = is_device(d, s);
+  int want = declared || dmabuf ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
   if (t != want) {
     FAKE_WARN("fake-inner: regMr of %zu bytes at %p (%s memory) as %s", s, d, type_name(want), type_name(t));
     return ncclInternalError;
@@ -317,11 +359,54 @@ static ncclResult_t f_reg(void* c, void* d, size_t s, int t, void** m) {
   mr->data = d;
   mr->size = s;
   mr->type = t;
+  mr->dmabuf = dmabuf;
   __atomic_add_fetch(t == NCCL_PTR_CUDA ? &fake_inner_state.regs_cuda : &fake_inner_state.regs_host, 1,
                      __ATOMIC_RELAXED);
+  if (dmabuf) __atomic_add_fetch(&fake_inner_state.regs_dmabuf, 1, __ATOMIC_RELAXED);
+  if (dmabuf && declared) __atomic_add_fetch(&fake_inner_state.regs_dmabuf_declared, 1, __ATOMIC_RELAXED);
   __atomic_add_fetch(&fake_inner_state.live_regs, 1, __ATOMIC_RELAXED);
   *m = mr;
   return ncclSuccess;
+}
+static ncclResult_t f_reg(void* c, void* d, size_t s, int t, void** m) {
+  const fake_pipe_t* p = (const fake_pipe_t*)c;
+  if (t == NCCL_PTR_CUDA && takes_dmabuf(p->dev) && !takes_cuda(p->dev)) {
+    /* What an NCCL-IB-like plugin without nvidia-peermem does: ibv_reg_mr of GPU memory fails. */
+    __atomic_add_fetch(&fake_inner_state.refused_cuda, 1, __ATOMIC_RELAXED);
+    FAKE_WARN("fake-inner: regMr of %zu bytes of NCCL_PTR_CUDA memory without a dma-buf fd on device %d "
+              "(no nvidia-peermem here: use regMrDmaBuf)", s, p->dev);
+    return ncclSystemError;
+  }
+  if (t != NCCL_PTR_HOST && !(t == NCCL_PTR_CUDA && takes_cuda(p->dev))) {
+    FAKE_WARN("fake-inner: regMr of type %d on a comm of device %d, which does not take it", t, p->dev);
+    return ncclInternalError;
+  }
+  return add_reg(d, s, t, 0, m);
+}
+/* Device memory with a dma-buf fd: the device must take NCCL_PTR_DMABUF, and fd must be an open file
+ * (a real dma-buf or the GPU emulation's memfd) at least offset + s bytes long. The fd stays the
+ * caller's (it may close it at once: a NIC's registration holds its own reference). */
+static ncclResult_t f_reg_dmabuf(void* c, void* d, size_t s, int t, uint64_t offset, int fd, void** m) {
+  const fake_pipe_t* p = (const fake_pipe_t*)c;
+  if (!takes_dmabuf(p->dev)) {
+    FAKE_WARN("fake-inner: regMrDmaBuf on a comm of device %d, which does not take NCCL_PTR_DMABUF", p->dev);
+    return ncclInternalError;
+  }
+  if (t != NCCL_PTR_CUDA) {
+    FAKE_WARN("fake-inner: regMrDmaBuf of type %d (a dma-buf is device memory: NCCL_PTR_CUDA)", t);
+    return ncclInternalError;
+  }
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    FAKE_WARN("fake-inner: regMrDmaBuf of %zu bytes at %p with fd %d, which is not an open file", s, d, fd);
+    return ncclSystemError;
+  }
+  if (st.st_size < 0 || offset > (uint64_t)st.st_size || s > (uint64_t)st.st_size - offset) {
+    FAKE_WARN("fake-inner: regMrDmaBuf of %zu bytes at offset %llu of a %lld-byte dma-buf", s,
+              (unsigned long long)offset, (long long)st.st_size);
+    return ncclSystemError;
+  }
+  return add_reg(d, s, t, 1, m);
 }
 static ncclResult_t f_dereg(void* c, void* m) {
   (void)c;
@@ -385,7 +470,7 @@ static ncclResult_t f_isend(void* c, void* d, size_t s, int t, void* m, void* ph
   req->kind = kSendReq;
   req->send_size = s;
   count_posted(m);
-  *r = req;
+  *r = hand_out(req);
   return ncclSuccess;
 }
 static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** m, void** ph, void** r) {
@@ -420,7 +505,7 @@ static ncclResult_t f_irecv(void* c, int n, void** d, size_t* s, int* t, void** 
     count_posted(m[i]);
     if (req->cuda[i]) __atomic_add_fetch(&fake_inner_state.recv_cuda, 1, __ATOMIC_RELAXED);
   }
-  *r = req;
+  *r = hand_out(req);
   return ncclSuccess;
 }
 /* Makes the messages received into [d[i], d[i] + s[i]) visible; the request completes at its first
@@ -454,7 +539,7 @@ static ncclResult_t f_iflush(void* c, int n, void** d, int* s, void** m, void** 
   fake_req_t* req = (fake_req_t*)calloc(1, sizeof *req);
   if (!req) return ncclSystemError;
   req->kind = kFlushReq;
-  *r = req;
+  *r = hand_out(req);
   return ncclSuccess;
 }
 static ncclResult_t f_test(void* r, int* done, int* sizes) {
@@ -463,7 +548,7 @@ static ncclResult_t f_test(void* r, int* done, int* sizes) {
   if (req->kind == kSendReq || req->kind == kFlushReq) {
     *done = 1;
     if (sizes) sizes[0] = (int)req->send_size;
-    free(req);
+    retire(req);
     return ncclSuccess;
   }
   pthread_mutex_lock(&g_mu);
@@ -472,7 +557,7 @@ static ncclResult_t f_test(void* r, int* done, int* sizes) {
   if (!complete) return ncclSuccess;
   *done = 1;
   for (int i = 0; sizes && i < req->n; ++i) sizes[i] = (int)req->got[i];
-  free(req);
+  retire(req);
   return ncclSuccess;
 }
 
@@ -531,7 +616,7 @@ __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
     .connect = f_connect,
     .accept = f_accept,
     .regMr = f_reg,
-    .regMrDmaBuf = NULL,
+    .regMrDmaBuf = f_reg_dmabuf,
     .deregMr = f_dereg,
     .isend = f_isend,
     .irecv = f_irecv,
@@ -546,3 +631,23 @@ __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
     .finalize = f_finalize,
     .setNetAttr = F_EXTRA(f_set_net_attr),
 };
+
+/* ZIPCCL_TEST_FAKE_CUDA=dmabuf, at exit (each gtest case is a process of its own): when the GPU
+ * emulation announced device memory (zipccl's GPU path made device staging: NCCL registered device
+ * buffers), that staging must have been registered through regMrDmaBuf and device payloads carried in
+ * it; host staging alone (no dma-buf registration) fails the run. Said on stderr, which the CTest
+ * variant's FAIL_REGULAR_EXPRESSION reads (tests/inner/inner_tests.cmake): the logger NCCL gave may be
+ * gone by now. */
+__attribute__((destructor)) static void check_dmabuf_at_exit(void) {
+  if (g_cuda != kCudaDmaBuf) return;
+  const fake_inner_state_t* st = &fake_inner_state;
+  /* Not `errors`: the conformance suite's oversized sends are refused on purpose. */
+  const int bad = st->refused_cuda > 0 || st->regs_cuda != st->regs_dmabuf ||
+                  (st->device_allocs > 0 && (st->regs_dmabuf_declared == 0 || st->posted_cuda == 0));
+  fprintf(stderr,
+          "fake-inner: dma-buf check %s: %d device allocation(s) announced, %d regMrDmaBuf (%d of them of "
+          "announced device memory), %d CUDA registration(s), %d regMr of NCCL_PTR_CUDA refused, %d device "
+          "buffer(s) carried\n",
+          bad ? "FAILED" : "passed", st->device_allocs, st->regs_dmabuf, st->regs_dmabuf_declared, st->regs_cuda,
+          st->refused_cuda, st->posted_cuda);
+}

@@ -228,3 +228,18 @@ gtest_discover_tests(test_inner_optional_emu TEST_PREFIX "inner.fake.cudadev1.gp
   EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
   --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_TEST_FAKE_CUDA=dev1 --setenv=ZIPCCL_MAX_REQUESTS=128
   --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0 ${ZIPCCL_GPU_SETENV} ${_tell_fake})
+# A dma-buf only inner (ZIPCCL_TEST_FAKE_CUDA=dmabuf: NCCL_PTR_HOST|NCCL_PTR_DMABUF, regMr of NCCL_PTR_CUDA
+# refused, as an NCCL-IB-like plugin on a host without nvidia-peermem): the conformance suite's device
+# runs, compressed and raw, pass over it with zipccl's device staging registered through regMrDmaBuf (the
+# GPU emulation's dma-buf is a memfd) and device payloads carried in it. The stand-in (the one with
+# maxRecvs 1, as the suite expects) says at exit whether every device registration went that way;
+# "dma-buf check FAILED" fails the test (host staging alone, as before the fix, does).
+add_dependencies(test_plugin_conformance_emu fake_inner_0)
+foreach(_mode always never)
+  gtest_discover_tests(test_plugin_conformance_emu TEST_PREFIX "inner.fake.dmabuf.gpuemu.${_mode}." DISCOVERY_TIMEOUT 60
+    TEST_FILTER "*/v12" PROPERTIES LABELS cpu FAIL_REGULAR_EXPRESSION "dma-buf check FAILED"
+    EXTRA_ARGS --setenv=NCCL_SOCKET_IFNAME=lo --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-0.so
+    --setenv=ZIPCCL_TEST_INNER_NAME=fake-inner: --setenv=ZIPCCL_TEST_FAKE_CUDA=dmabuf --setenv=ZIPCCL_COMPRESS=${_mode}
+    --setenv=ZIPCCL_MIN_BYTES=0 ${ZIPCCL_GPU_SETENV}
+    --setenv=ZIPCCL_GPU_EMULATE_TELL=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-0.so)
+endforeach()

@@ -4,6 +4,8 @@
 // plugin advertises host memory only. Opt-in (ZIPCCL_GPU=on) until tests/gpu/run_device_checks.sh
 // passes on a GPU (docs/notes/gpu.md).
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <mutex>
@@ -52,6 +54,31 @@ ncclResult_t cuda_failed(const char* call, cudaError_t e, const char* file, int 
     cudaError_t zipccl_err_ = (call);                                                    \
     if (zipccl_err_ != cudaSuccess) return cuda_failed(#call, zipccl_err_, __FILE__, __LINE__); \
   } while (0)
+
+// cuMemGetHandleForAddressRange (CUDA >= 11.7), resolved from the driver at run time as the RDMA
+// transport resolves it (rdma_verbs.cpp): no driver-API link, and a driver without it only loses the
+// dma-buf export. CUresult is an int (0: success), CUdeviceptr an unsigned long long.
+constexpr int kCuMemRangeHandleTypeDmaBufFd = 1;  // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+struct DmaBufExport {
+  int (*get_handle)(void* handle, unsigned long long dptr, size_t size, int type, unsigned long long flags) = nullptr;
+  int (*error_string)(int error, const char** text) = nullptr;  // cuGetErrorString; optional
+  const char* missing = nullptr;                                // why get_handle is null
+};
+const DmaBufExport& dmabuf_export() {
+  static const DmaBufExport api = [] {
+    DmaBufExport a;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);  // already loaded by the runtime
+    if (!lib) {
+      a.missing = "libcuda.so.1 not found";
+      return a;
+    }
+    a.get_handle = reinterpret_cast<decltype(a.get_handle)>(dlsym(lib, "cuMemGetHandleForAddressRange"));
+    a.error_string = reinterpret_cast<decltype(a.error_string)>(dlsym(lib, "cuGetErrorString"));
+    if (!a.get_handle) a.missing = "libcuda.so.1 has no cuMemGetHandleForAddressRange (CUDA < 11.7)";
+    return a;
+  }();
+  return api;
+}
 
 struct CudaStream {
   cudaStream_t stream = nullptr;
@@ -138,6 +165,38 @@ class CudaOps final : public DeviceOps {
     return ncclSuccess;
   }
   void free_host(void* p) override { cudaFreeHost(p); }
+  ncclResult_t dmabuf_fd(const void* p, size_t n, int* fd, uint64_t* offset) override {
+    *fd = -1;
+    *offset = 0;
+    const DmaBufExport& api = dmabuf_export();
+    if (!api.get_handle) {
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "no dma-buf export of GPU memory: %s", api.missing);
+      return ncclInvalidUsage;
+    }
+    const int dev = device_of(p);
+    if (dev < 0) {
+      ZIPCCL_WARN("dma-buf export of %zu bytes at %p: not device memory", n, p);
+      return ncclInternalError;
+    }
+    ZIPCCL_CUDA_CHECK(cudaSetDevice(dev));  // the driver call runs in the device's primary context
+    // The driver takes host-page-aligned ranges only (as NCCL aligns its own exports).
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p), base = a & ~(page - 1);
+    const uintptr_t end = (a + n + page - 1) & ~(page - 1);
+    int handle = -1;
+    const int r = api.get_handle(&handle, base, end - base, kCuMemRangeHandleTypeDmaBufFd, 0);
+    if (r != 0 || handle < 0) {
+      const char* text = nullptr;
+      if (api.error_string) api.error_string(r, &text);
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET,
+                  "cuMemGetHandleForAddressRange of %zu bytes at %p on GPU %d failed: CUDA error %d (%s)",
+                  static_cast<size_t>(end - base), reinterpret_cast<void*>(base), dev, r, text ? text : "?");
+      return ncclSystemError;
+    }
+    *fd = handle;
+    *offset = a - base;
+    return ncclSuccess;
+  }
   ncclResult_t reserve_workspace(void* stream, size_t bytes) override {
     auto* s = static_cast<CudaStream*>(stream);
     ZIPCCL_CHECK(workspace(s, cg::encode_workspace_size(bytes), &s->enc_ws, &s->enc_ws_size));

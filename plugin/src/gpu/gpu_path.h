@@ -71,6 +71,16 @@ class DeviceOps {
   virtual void free_device(void* p) = 0;
   virtual ncclResult_t alloc_host(size_t n, void** p) = 0;
   virtual void free_host(void* p) = 0;
+  // A dma-buf of the device memory [p, p + n), for a NIC that registers GPU memory only that way (an
+  // inner plugin's regMrDmaBuf on a host without nvidia-peermem; docs/notes/inner.md): the range widened
+  // to whole host pages is exported, *offset is where p lies in it. The caller closes *fd once it has
+  // registered it (the registration keeps its own reference). At regMr only. Default: not available
+  // (ncclInvalidUsage, *fd -1).
+  virtual ncclResult_t dmabuf_fd(const void* /*p*/, size_t /*n*/, int* fd, uint64_t* offset) {
+    *fd = -1;
+    *offset = 0;
+    return ncclInvalidUsage;
+  }
 
   // ---- enqueued on `stream`, return immediately ----
   // One codec frame of src[0, n) into dst (cap >= max_encoded_size(n)); *host_result (pinned) becomes

@@ -16,11 +16,13 @@
 // (docs/notes/inner.md, "Grouped receives").
 //
 // Memory: NCCL's regMr of a comm is forwarded to the inner plugin (BufferRegistry), and so is the GPU
-// path's staging (pins_staging: pinned host staging; device staging as NCCL_PTR_CUDA on a sender whose
-// inner device takes it, posts_device); a payload in memory the inner does not know (the compressing
-// layer's staging for host messages, or an unregistered user buffer) goes through a bounce buffer of
-// the connection, registered once and grown when a larger message comes. Every call here is
-// non-blocking: a NULL request from the inner is retried on the next call.
+// path's staging (pins_staging: pinned host staging; device staging, posts_device, when the inner device
+// takes device memory: through regMrDmaBuf with a dma-buf fd of the range when it has NCCL_PTR_DMABUF,
+// else as NCCL_PTR_CUDA; with neither, device data goes through the pinned host staging); a payload in
+// memory the inner does not know (the compressing layer's staging for host messages, or an unregistered
+// user buffer) goes through a bounce buffer of the connection, registered once and grown when a larger
+// message comes. Every call here is non-blocking: a NULL request from the inner is retried on the next
+// call.
 #include "inner/inner_transport.h"
 
 #include <algorithm>
@@ -35,9 +37,11 @@
 #include <vector>
 
 #include <strings.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/settings.h"
+#include "gpu/gpu_path.h"
 #include "inner/inner_net.h"
 
 namespace zipccl {
@@ -74,22 +78,96 @@ int inner_tag(int tag, bool payload) {
     }                                                                                                  \
   } while (0)
 
+// What a comm's inner device takes of device memory (devices of one inner may differ).
+struct DeviceMemory {
+  int dev = 0;
+  bool cuda = false;    // NCCL_PTR_CUDA: regMr of GPU memory (GPUDirect through nvidia-peermem)
+  bool dmabuf = false;  // NCCL_PTR_DMABUF: regMrDmaBuf with a dma-buf fd of the GPU memory
+};
+
+// How device memory of a comm (NCCL's device buffers, the GPU path's device staging) is registered with
+// the inner, said once per device and outcome at the first device registration that decides it.
+enum class DeviceReg { kUndecided, kHost, kCuda, kDmaBuf };
+void say_device_reg(const DeviceMemory& d, DeviceReg how) {
+  static std::mutex mu;
+  static std::vector<std::pair<int, DeviceReg>>* said = new std::vector<std::pair<int, DeviceReg>>;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (std::find(said->begin(), said->end(), std::make_pair(d.dev, how)) != said->end()) return;
+    said->emplace_back(d.dev, how);
+  }
+  const char* what = how == DeviceReg::kDmaBuf ? "registered with the inner through regMrDmaBuf (NCCL_PTR_DMABUF)"
+                     : how == DeviceReg::kCuda ? "registered with the inner as NCCL_PTR_CUDA (regMr)"
+                                               : "not registered with the inner: device data goes through zipccl's "
+                                                 "pinned host staging";
+  const char* why = how == DeviceReg::kDmaBuf ? ""
+                    : d.dmabuf ? (how == DeviceReg::kCuda ? " (its NCCL_PTR_DMABUF: GPU memory could not be "
+                                                            "exported as a dma-buf, see above)"
+                                                          : " (its NCCL_PTR_DMABUF: GPU memory could not be "
+                                                            "exported as a dma-buf, see above; no NCCL_PTR_CUDA)")
+                    : how == DeviceReg::kHost ? " (it takes neither NCCL_PTR_CUDA nor NCCL_PTR_DMABUF)"
+                                              : "";
+  ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "inner plugin %s, device %d: zipccl's device staging (and NCCL's device "
+              "buffers) %s%s", inner_name(), d.dev, what, why);
+}
+
 // Registrations with the inner plugin on one comm: NCCL's buffers (pinned through the compressing
 // layer, counted per address) and the connection's own buffers.
 class Registrations {
  public:
-  // cuda: the comm's device takes NCCL_PTR_CUDA (devices of one inner may differ).
-  Registrations(InnerNet* net, void* comm, bool cuda) : net_(net), comm_(comm), cuda_(cuda) {}
-  // NCCL's regMr through the compressing layer. Device memory is registered with the inner only when
-  // the comm's device takes it (NCCL_PTR_CUDA); otherwise zipccl's GPU path stages it through host
-  // memory and the inner never sees it.
-  ncclResult_t pin(const MemDesc& m) { return m.device && !cuda_ ? ncclSuccess : add(m); }
-  bool cuda() const { return cuda_; }
+  Registrations(InnerNet* net, void* comm, const DeviceMemory& dm)
+      : net_(net),
+        comm_(comm),
+        dm_(dm),
+        how_(dm.dmabuf ? DeviceReg::kUndecided : dm.cuda ? DeviceReg::kCuda : DeviceReg::kHost) {}
+  // NCCL's regMr through the compressing layer, and the GPU path's staging. Device memory is registered
+  // with the inner only when the comm's device takes it: with a dma-buf fd when it has NCCL_PTR_DMABUF
+  // (NCCL's own fd from regMrDmaBuf, else one exported for the range; NCCL prefers dma-buf too), else as
+  // NCCL_PTR_CUDA; otherwise zipccl's GPU path stages it through host memory and the inner never sees
+  // it. The first device registration (NCCL's buffer: the staging is made right after it) decides
+  // between dma-buf and the fallback: an export that fails there leaves the comm on NCCL_PTR_CUDA or on
+  // host staging (a buffer NCCL gave its own fd for is still forwarded with it); one that fails later
+  // fails the registration.
+  ncclResult_t pin(const MemDesc& m) {
+    if (!m.device) return add(m);
+    if (m.size == 0 && how_ != DeviceReg::kCuda) {  // nothing to export, nothing the inner would read
+      ++empty_[reinterpret_cast<uintptr_t>(m.data)];
+      return ncclSuccess;
+    }
+    int fd = -1;
+    uint64_t offset = 0;
+    if (how_ == DeviceReg::kUndecided) {
+      how_ = export_dmabuf(m, &fd, &offset) == ncclSuccess ? DeviceReg::kDmaBuf
+             : dm_.cuda                                    ? DeviceReg::kCuda
+                                                           : DeviceReg::kHost;
+    } else if (how_ == DeviceReg::kDmaBuf && m.dmabuf_fd < 0 && !held(m)) {
+      ZIPCCL_CHECK(export_dmabuf(m, &fd, &offset));
+    }
+    say_device_reg(dm_, how_);
+    if (how_ == DeviceReg::kHost) return m.dmabuf_fd >= 0 && dm_.dmabuf ? add(m) : ncclSuccess;  // NCCL's fd
+    MemDesc r = m;
+    if (how_ == DeviceReg::kCuda) {
+      r.dmabuf_fd = dm_.dmabuf ? m.dmabuf_fd : -1;  // NCCL's fd where the device takes one
+    } else if (m.dmabuf_fd < 0) {
+      r.dmabuf_fd = fd;
+      r.dmabuf_offset = offset;
+    }
+    const ncclResult_t res = add(r);
+    if (fd >= 0) close(fd);  // the inner's registration holds its own reference
+    return res;
+  }
+  // Whether device memory is registered with the inner (the GPU path's device staging may be posted).
+  bool device() const { return how_ == DeviceReg::kCuda || how_ == DeviceReg::kDmaBuf; }
   // Deregisters nothing by itself: clear() first where that is safe (see the connections' destructors).
   // Deregisters everything (before the comm closes).
   void clear() {
     for (auto& r : regs_) net_->dereg_mr(comm_, r.second.mh);
     regs_.clear();
+  }
+  // Whether a registration at m's address already covers it (add() then only counts it).
+  bool held(const MemDesc& m) const {
+    auto it = regs_.find(reinterpret_cast<uintptr_t>(m.data));
+    return it != regs_.end() && it->second.size >= m.size;
   }
   ncclResult_t add(const MemDesc& m) {
     auto key = reinterpret_cast<uintptr_t>(m.data);
@@ -101,7 +179,8 @@ class Registrations {
     void* mh = nullptr;
     int type = m.device ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
     INNER_CHECK(net_->reg_mr_dmabuf(comm_, m.data, m.size, type, m.dmabuf_offset, m.dmabuf_fd, &mh),
-                "regMr of %zu bytes of %s memory", m.size, m.device ? "CUDA" : "host");
+                "%s of %zu bytes of %s memory", m.dmabuf_fd >= 0 ? "regMrDmaBuf" : "regMr", m.size,
+                m.device ? "CUDA" : "host");
     if (it != regs_.end()) {  // the same address again, larger: keep the larger registration
       net_->dereg_mr(comm_, it->second.mh);
       it->second.mh = mh;
@@ -113,6 +192,13 @@ class Registrations {
     return ncclSuccess;
   }
   void remove(void* data) {
+    // An empty device pin kept here first: with a registration at the same address, either order
+    // leaves the same registrations once both are unpinned, and none is released early.
+    auto e = empty_.find(reinterpret_cast<uintptr_t>(data));
+    if (e != empty_.end()) {
+      if (--e->second == 0) empty_.erase(e);
+      return;
+    }
     auto it = regs_.find(reinterpret_cast<uintptr_t>(data));
     if (it == regs_.end() || --it->second.count > 0) return;
     net_->dereg_mr(comm_, it->second.mh);
@@ -133,10 +219,25 @@ class Registrations {
     void* mh;
     int count;
   };
+  // A dma-buf fd of m's range from the GPU path's device operations (the caller closes it).
+  ncclResult_t export_dmabuf(const MemDesc& m, int* fd, uint64_t* offset) const {
+    *fd = -1;
+    *offset = 0;
+    gpu::DeviceOps* ops = gpu::device_ops();
+    const ncclResult_t r = ops ? ops->dmabuf_fd(m.data, m.size, fd, offset) : ncclInternalError;
+    if (r != ncclSuccess && how_ == DeviceReg::kDmaBuf) {
+      ZIPCCL_WARN("inner plugin %s, device %d: exporting %zu bytes of GPU memory at %p as a dma-buf failed "
+                  "(see above); the inner takes GPU memory only that way",
+                  inner_name(), dm_.dev, m.size, m.data);
+    }
+    return r;
+  }
   InnerNet* net_;
   void* comm_;
-  bool cuda_;
+  DeviceMemory dm_;
+  DeviceReg how_;
   std::map<uintptr_t, Reg> regs_;
+  std::map<uintptr_t, int> empty_;  // 0-byte device pins not forwarded (pin()), counted per address
 };
 
 // A host buffer of the connection, registered with the inner plugin; grows (re-registered) on demand.
@@ -233,8 +334,8 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
  public:
   // grouped: the inner's device takes grouped receives (maxRecvs > 1), so it matches sends to
   // receives by tag and messages with different tags need not be posted in order.
-  InnerSendConn(InnerNet* net, void* comm, bool grouped, bool cuda)
-      : net_(net), comm_(comm), regs_(net, comm, cuda), ops_(static_cast<size_t>(settings().max_requests)),
+  InnerSendConn(InnerNet* net, void* comm, bool grouped, const DeviceMemory& dm)
+      : net_(net), comm_(comm), regs_(net, comm, dm), ops_(static_cast<size_t>(settings().max_requests)),
         grouped_(grouped) {}
   ~InnerSendConn() override {
     ZIPCCL_INFO(NCCL_NET,
@@ -323,9 +424,9 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
   ncclResult_t pin(const MemDesc& mem) override { return regs_.pin(mem); }
   void unpin(void* data) override { regs_.remove(data); }
   bool pins_staging() const override { return true; }
-  // Codec frames from the GPU path's device staging, registered as NCCL_PTR_CUDA: the inner's NIC reads
-  // them (GPUDirect), so they need no copy to pinned host memory first.
-  bool posts_device() const override { return regs_.cuda(); }
+  // Codec frames from the GPU path's device staging, registered with the inner (dma-buf or NCCL_PTR_CUDA):
+  // the inner's NIC reads them (GPUDirect), so they need no copy to pinned host memory first.
+  bool posts_device() const override { return regs_.device(); }
   bool in_flight() const override { return inflight_count() > 0; }
 
  private:
@@ -437,10 +538,10 @@ class InnerSendConn final : public SendConn, public BufferRegistry {
 // every device receive.
 class InnerRecvConn final : public RecvConn, public BufferRegistry {
  public:
-  InnerRecvConn(InnerNet* net, void* comm, int max_group, bool cuda)
+  InnerRecvConn(InnerNet* net, void* comm, int max_group, const DeviceMemory& dm)
       : net_(net),
         comm_(comm),
-        regs_(net, comm, cuda),
+        regs_(net, comm, dm),
         slots_(static_cast<size_t>(settings().max_requests)),
         groups_(slots_.size()),
         max_group_(max_group) {}
@@ -589,8 +690,9 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry {
   ncclResult_t pin(const MemDesc& mem) override { return regs_.pin(mem); }
   void unpin(void* data) override { regs_.remove(data); }
   bool pins_staging() const override { return true; }
-  // Device receives land in the GPU path's device staging (NCCL_PTR_CUDA) when the inner device takes it.
-  bool posts_device() const override { return regs_.cuda(); }
+  // Device receives land in the GPU path's device staging when it is registered with the inner (dma-buf
+  // or NCCL_PTR_CUDA).
+  bool posts_device() const override { return regs_.device(); }
   bool in_flight() const override { return inflight_count() > 0; }
   // The inner's iflush on a region of a CUDA registration of ours (as NCCL calls it before its own
   // kernels read what the NIC wrote); one flush request per op slot.
@@ -735,8 +837,8 @@ class InnerRecvConn final : public RecvConn, public BufferRegistry {
 
 class InnerListener final : public Listener {
  public:
-  InnerListener(InnerNet* net, void* comm, int max_group, bool cuda)
-      : net_(net), comm_(comm), max_group_(max_group), cuda_(cuda) {}
+  InnerListener(InnerNet* net, void* comm, int max_group, const DeviceMemory& dm)
+      : net_(net), comm_(comm), max_group_(max_group), dm_(dm) {}
   ~InnerListener() override {
     if (net_->close_listen(comm_) != ncclSuccess) ZIPCCL_WARN("inner plugin %s: closeListen failed", inner_name());
   }
@@ -745,7 +847,7 @@ class InnerListener final : public Listener {
     void* rc = nullptr;
     INNER_CHECK(net_->accept(comm_, &rc), "accept");
     if (!rc) return ncclSuccess;
-    std::unique_ptr<InnerRecvConn> c(new InnerRecvConn(net_, rc, max_group_, cuda_));
+    std::unique_ptr<InnerRecvConn> c(new InnerRecvConn(net_, rc, max_group_, dm_));
     ZIPCCL_CHECK(c->init());
     *conn = c.release();
     return ncclSuccess;
@@ -755,7 +857,7 @@ class InnerListener final : public Listener {
   InnerNet* net_;
   void* comm_;
   int max_group_;
-  bool cuda_;
+  DeviceMemory dm_;
 };
 
 class InnerTransport final : public Transport {
@@ -790,7 +892,7 @@ class InnerTransport final : public Transport {
     *listener = nullptr;
     void* lc = nullptr;
     INNER_CHECK(in_->net->listen(dev, handle, &lc), "listen on device %d", dev);
-    *listener = new InnerListener(in_->net.get(), lc, max_recvs(dev), takes_cuda(dev));
+    *listener = new InnerListener(in_->net.get(), lc, max_recvs(dev), device_memory(dev));
     return ncclSuccess;
   }
   ncclResult_t connect(int dev, void* handle, SendConn** conn) override {
@@ -798,7 +900,7 @@ class InnerTransport final : public Transport {
     void* sc = nullptr;
     INNER_CHECK(in_->net->connect(dev, handle, &sc), "connect on device %d", dev);
     if (!sc) return ncclSuccess;
-    std::unique_ptr<InnerSendConn> c(new InnerSendConn(in_->net.get(), sc, max_recvs(dev) > 1, takes_cuda(dev)));
+    std::unique_ptr<InnerSendConn> c(new InnerSendConn(in_->net.get(), sc, max_recvs(dev) > 1, device_memory(dev)));
     ZIPCCL_CHECK(c->init());
     *conn = c.release();
     return ncclSuccess;
@@ -819,10 +921,15 @@ class InnerTransport final : public Transport {
     InnerProps p;
     return props_of(dev, &p) ? clamp_recvs(p.max_recvs) : 1;
   }
-  // Whether the inner's device `dev` takes device buffers (NCCL_PTR_CUDA) for registration.
-  bool takes_cuda(int dev) const {
+  // How the inner's device `dev` takes device buffers for registration (NCCL_PTR_CUDA, NCCL_PTR_DMABUF).
+  DeviceMemory device_memory(int dev) const {
+    DeviceMemory d;
+    d.dev = dev;
     InnerProps p;
-    return props_of(dev, &p) && (p.ptr_support & NCCL_PTR_CUDA);
+    if (!props_of(dev, &p)) return d;
+    d.cuda = (p.ptr_support & NCCL_PTR_CUDA) != 0;
+    d.dmabuf = (p.ptr_support & NCCL_PTR_DMABUF) != 0;
+    return d;
   }
   Inner* in_;
 };
