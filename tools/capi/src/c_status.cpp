@@ -1,0 +1,53 @@
+#include "c_status.h"
+
+#include <cstdarg>
+
+namespace zipccl {
+namespace capi {
+namespace {
+
+// A fixed array: no allocation, no thread-exit destructor, nothing to fail while reporting a failure.
+thread_local char t_message[512];
+
+}  // namespace
+
+void clear_error() {
+  t_message[0] = '\0';
+}
+
+int fail(int status, const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(t_message, sizeof t_message, fmt, args);
+  va_end(args);
+  return status;
+}
+
+const char* last_error() {
+  return t_message;
+}
+
+int status_code(codec::Status s) {
+  switch (s) {
+    case codec::Status::kOk:
+      return ZIPCCL_OK;
+    case codec::Status::kInvalidArgument:
+      return ZIPCCL_ERR_INVALID_ARGUMENT;
+    case codec::Status::kDstTooSmall:
+      return ZIPCCL_ERR_BUFFER_TOO_SMALL;
+    case codec::Status::kTooLarge:
+      return ZIPCCL_ERR_TOO_LARGE;
+    case codec::Status::kTruncated:
+      return ZIPCCL_ERR_TRUNCATED;
+    case codec::Status::kBadMagic:
+      return ZIPCCL_ERR_BAD_MAGIC;
+    case codec::Status::kBadVersion:
+      return ZIPCCL_ERR_BAD_VERSION;
+    case codec::Status::kCorrupt:
+      return ZIPCCL_ERR_CORRUPT;
+  }
+  return ZIPCCL_ERR_INTERNAL;
+}
+
+}  // namespace capi
+}  // namespace zipccl
