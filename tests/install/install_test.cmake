@@ -1,7 +1,7 @@
 # Installs the build tree into a fresh prefix, then configures, builds and runs tests/install/consumer
 # against that prefix only (find_package(zipccl) -> zipccl::codec, zipccl::hetero).
 #   cmake -DBUILD_DIR=... -DWORK_DIR=... -DSOURCE_DIR=... -DCXX=... [-DSANITIZE=address,undefined]
-#         [-DEXPECT_PLUGIN=ON] [-DEXPECT_TOOL=ON] -P install_test.cmake
+#         [-DEXPECT_PLUGIN=ON] [-DEXPECT_TOOL=ON] [-DEXPECT_CAPI=ON -DCC=...] -P install_test.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
@@ -54,4 +54,20 @@ if(NOT run_output MATCHES "hetero: 2 modules, llm dp=2, encoder dp=4")
   message(FATAL_ERROR "unexpected consumer output:\n${run_output}")
 endif()
 message(STATUS "${run_output}")
+
+# The C API: libzipccl.so and zipccl_c.h, found as zipccl::capi by a C project.
+if(EXPECT_CAPI)
+  if(NOT EXISTS ${prefix}/include/zipccl/zipccl_c.h)
+    message(FATAL_ERROR "not installed: include/zipccl/zipccl_c.h")
+  endif()
+  run("configuring the C API consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/capi_consumer
+      -B ${WORK_DIR}/capi_build -DCMAKE_BUILD_TYPE= -DCMAKE_C_COMPILER=${CC} -DCMAKE_PREFIX_PATH=${prefix}
+      -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_C_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=${flags}")
+  run("building the C API consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/capi_build)
+  run("running the C API consumer" ${WORK_DIR}/capi_build/capi_consumer)
+  if(NOT run_output MATCHES "capi: 131072 -> [0-9]+ bytes, ABI [0-9]+")
+    message(FATAL_ERROR "unexpected C API consumer output:\n${run_output}")
+  endif()
+  message(STATUS "${run_output}")
+endif()
 file(REMOVE_RECURSE ${WORK_DIR})
