@@ -15,7 +15,8 @@ if [[ -n $python ]]; then
   echo "$python" >&2
   status=1
 fi
-cxx=$(awk '{ print $NF }' <<<"$undefined" | grep -E '^(_ZN?St|_ZSt|__cxa_|__gxx_|_Unwind_)' | grep -v '^__cxa_\(finalize\|atexit\|thread_atexit_impl\)' || true)
+# Strong references only: a weak one (w __cxa_pure_virtual, from a vtable) binds to nothing when absent.
+cxx=$(awk '$1 == "U" { print $NF }' <<<"$undefined" | grep -E '^(_ZN?St|_ZSt|__cxa_|__gxx_|_Unwind_)' | grep -v '^__cxa_\(finalize\|atexit\|thread_atexit_impl\)' || true)
 if [[ -n $cxx ]]; then
   echo "$lib imports C++ runtime symbols (link libstdc++ and libgcc statically):" >&2
   echo "$cxx" >&2

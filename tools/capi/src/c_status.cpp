@@ -7,7 +7,7 @@ namespace capi {
 namespace {
 
 // A fixed array: no allocation, no thread-exit destructor, nothing to fail while reporting a failure.
-thread_local char t_message[512];
+thread_local char t_message[1024];
 
 }  // namespace
 

@@ -14,7 +14,7 @@ namespace capi {
 
 // Clears the calling thread's message (every call starts so: the message is the last call's).
 void clear_error();
-// Sets the calling thread's message (printf-style, truncated to 511 bytes) and returns `status`.
+// Sets the calling thread's message (printf-style, truncated to 1023 bytes) and returns `status`.
 int fail(int status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 const char* last_error();
 

@@ -54,7 +54,11 @@ enum {
   ZIPCCL_ERR_BAD_MAGIC = -5,   /* not a zipccl frame */
   ZIPCCL_ERR_BAD_VERSION = -6, /* a zipccl frame of a format version this build does not decode */
   ZIPCCL_ERR_CORRUPT = -7,     /* a field, offset, code table or bit stream is inconsistent */
-  ZIPCCL_ERR_INTERNAL = -8     /* a bug or an out-of-memory inside the library; the message says which */
+  ZIPCCL_ERR_INTERNAL = -8,    /* a bug or an out-of-memory inside the library; the message says which */
+  /* hetero (Python: LayoutError, BatchError, LimitError). */
+  ZIPCCL_ERR_LAYOUT = -9, /* the layout cannot exist; the message names the constraint and the values */
+  ZIPCCL_ERR_BATCH = -10, /* the batch does not describe a tensor (negative tokens, a bad replica map) */
+  ZIPCCL_ERR_LIMIT = -11  /* valid, but beyond a limit kept against typos (world size, transfers) */
 };
 
 /* Element types (the frame header's wire values). */
@@ -155,6 +159,134 @@ ZIPCCL_C_API int zipccl_setting_count(size_t* count);
  * ZIPCCL_ERR_INVALID_ARGUMENT for an index out of range. */
 ZIPCCL_C_API int zipccl_setting(size_t index, const char** name, const char** values,
                                 const char** default_value, const char** doc);
+
+/* ---- hetero: heterogeneous parallelism at the encoder -> LLM boundary ----
+ * The C++ library zipccl::hetero (hetero/include/zipccl/hetero/) behind C structs; see layout.h,
+ * groups.h, batch.h and plan.h for the meaning of every field. A layout is passed as an array of
+ * module specs: modules[0] is the LLM, modules[1 + e] encoder e. Results are written to caller
+ * arrays; a call with NULL arrays is a size query (the counts are set and ZIPCCL_OK returned), a call
+ * with arrays too small for the counts returns ZIPCCL_ERR_BUFFER_TOO_SMALL (counts set, arrays
+ * unspecified). Each call validates and recomputes from its arguments: nothing is kept between calls. */
+
+/* Dimensions (indices of zipccl_module_info.strides; values of .order). */
+enum { ZIPCCL_DIM_TP = 0, ZIPCCL_DIM_CP = 1, ZIPCCL_DIM_DP = 2, ZIPCCL_DIM_PP = 3 };
+
+typedef struct zipccl_module_spec {
+  const char* name;          /* NULL or "": "llm", or "encoder<i>" */
+  const char* order;         /* rank order, fastest first, "tp-cp-dp-pp" (the default: NULL or "") */
+  int32_t tp, cp, pp;        /* >= 1 */
+  int32_t dp;                /* 0: derived; otherwise must equal num_ranks / (tp*cp*pp) */
+  int32_t sequence_parallel; /* 0 or 1 */
+  int32_t first_rank;
+  int32_t num_ranks; /* -1: the whole world */
+  int32_t reserved;  /* 0 */
+} zipccl_module_spec;
+
+/* *spec = the defaults: tp = cp = pp = 1, dp derived, whole world, default order. */
+ZIPCCL_C_API int zipccl_module_spec_default(zipccl_module_spec* spec);
+
+/* A validated module. 64 bytes. */
+typedef struct zipccl_module_info {
+  int32_t role; /* 0: the LLM, 1: an encoder */
+  int32_t tp, cp, dp, pp;
+  int32_t first_rank, num_ranks;
+  int32_t sequence_parallel; /* 1 only where it shards anything (tp > 1) */
+  int32_t order[4];          /* ZIPCCL_DIM_*, fastest-varying first */
+  int32_t strides[4];        /* rank stride of each dimension, indexed by ZIPCCL_DIM_* */
+} zipccl_module_info;
+
+/* Validates the layout (ZIPCCL_ERR_LAYOUT / _LIMIT naming the first constraint that fails) and, when
+ * modules_out is not NULL, writes num_modules entries to it, in the order of `modules`. */
+ZIPCCL_C_API int zipccl_layout_validate(int world_size, const zipccl_module_spec* modules, size_t num_modules,
+                                        zipccl_module_info* modules_out);
+
+/* Group kinds. */
+enum {
+  ZIPCCL_GROUP_TP = 0,
+  ZIPCCL_GROUP_CP = 1,
+  ZIPCCL_GROUP_DP = 2,
+  ZIPCCL_GROUP_PP = 3,
+  ZIPCCL_GROUP_MODEL_PARALLEL = 4,
+  ZIPCCL_GROUP_BOUNDARY = 5
+};
+
+/* A family of equal-sized disjoint process groups: its num_groups * group_size ranks follow the
+ * previous family's in the ranks array, group after group. */
+typedef struct zipccl_group_family {
+  int32_t kind;   /* ZIPCCL_GROUP_* */
+  int32_t module; /* index into modules; for BOUNDARY: 1 + encoder index */
+  uint32_t num_groups;
+  uint32_t group_size;
+} zipccl_group_family;
+
+/* Every process-group family of the layout, in the order every process must create them
+ * (torch.distributed.new_group is collective). */
+ZIPCCL_C_API int zipccl_layout_groups(int world_size, const zipccl_module_spec* modules, size_t num_modules,
+                                      zipccl_group_family* families, size_t family_capacity,
+                                      size_t* family_count, int32_t* ranks, size_t rank_capacity,
+                                      size_t* rank_count);
+
+/* Sample -> replica assignments (batch.h). */
+enum { ZIPCCL_ASSIGN_CONTIGUOUS = 0, ZIPCCL_ASSIGN_BALANCED = 1, ZIPCCL_ASSIGN_GIVEN = 2 };
+
+/* One batch of the boundary tensor. */
+typedef struct zipccl_batch {
+  const int64_t* tokens; /* rows per sample */
+  size_t num_samples;
+  int64_t hidden;                 /* elements per row */
+  int64_t element_size;           /* bytes per element */
+  int32_t encoder_rule;           /* ZIPCCL_ASSIGN_* for the encoder's replicas */
+  int32_t llm_rule;               /* ... and for the LLM's */
+  const int32_t* encoder_replica; /* GIVEN: num_samples replicas; otherwise NULL */
+  const int32_t* llm_replica;
+} zipccl_batch;
+
+/* A run of rows of one sample in a rank's packed local buffer. 32 bytes. */
+typedef struct zipccl_segment {
+  int32_t sample;
+  int32_t reserved;
+  int64_t row_begin, row_end; /* rows [begin, end) of the sample */
+  int64_t offset;             /* bytes from the start of the buffer */
+} zipccl_segment;
+
+/* Where `rank` keeps module `module`'s part of the boundary tensor (none where the rank is not in
+ * the module's boundary stage). */
+ZIPCCL_C_API int zipccl_boundary_segments(int world_size, const zipccl_module_spec* modules,
+                                          size_t num_modules, int module, const zipccl_batch* batch, int rank,
+                                          zipccl_segment* segments, size_t capacity, size_t* count);
+
+/* Plan strategies. */
+enum { ZIPCCL_STRATEGY_DIRECT = 0, ZIPCCL_STRATEGY_SCATTER_ALLGATHER = 1, ZIPCCL_STRATEGY_AUTOMATIC = 2 };
+
+/* One copy of a boundary plan. 56 bytes. */
+typedef struct zipccl_transfer {
+  int32_t src, dst; /* world ranks (equal: a local copy) */
+  int32_t sample;
+  int32_t src_buffer; /* 0: the sender's source buffer, 1: its destination buffer */
+  int64_t row_begin, row_end;
+  int64_t src_offset, dst_offset, bytes;
+} zipccl_transfer;
+
+/* The scalars of a boundary plan and the sizes of its arrays. */
+typedef struct zipccl_plan_info {
+  int32_t strategy; /* the one chosen (never AUTOMATIC) */
+  int32_t source_module, destination_module;
+  int32_t reserved;
+  int64_t row_bytes;
+  uint64_t num_phases;
+  uint64_t num_transfers;
+} zipccl_plan_info;
+
+/* Plans the boundary of encoder `encoder` (forward: encoder -> LLM; backward: back). The transfers
+ * of all phases go to `transfers`, phase after phase; phase_ends[p] is the index after phase p's
+ * last. source_bytes and destination_bytes get world_size entries each (the per-rank buffer sizes).
+ * A NULL transfers/phase_ends is a size query: *info is set. Call it twice to plan into exact arrays:
+ * planning is deterministic. */
+ZIPCCL_C_API int zipccl_boundary_plan(int world_size, const zipccl_module_spec* modules, size_t num_modules,
+                                      int encoder, const zipccl_batch* batch, int backward, int strategy,
+                                      zipccl_plan_info* info, uint64_t* phase_ends, size_t phase_capacity,
+                                      zipccl_transfer* transfers, size_t transfer_capacity,
+                                      int64_t* source_bytes, int64_t* destination_bytes);
 
 #ifdef __cplusplus
 } /* extern "C" */
