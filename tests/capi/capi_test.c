@@ -6,18 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "zipccl/zipccl_c.h"
-
-static int g_failures = 0;
-
-#define CHECK(cond)                                                                             \
-  do {                                                                                          \
-    if (!(cond)) {                                                                              \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: '%s'\n", __FILE__, __LINE__, #cond, \
-              zipccl_last_error());                                                             \
-      ++g_failures;                                                                             \
-    }                                                                                           \
-  } while (0)
 
 /* Guard bytes after every output buffer: a write past dst_capacity changes them. */
 enum { kGuard = 64 };
@@ -339,10 +329,5 @@ int main(void) {
   test_round_trips();
   test_malformed();
   test_small_buffers();
-  if (g_failures) {
-    fprintf(stderr, "capi_test: %d checks failed\n", g_failures);
-    return 1;
-  }
-  printf("capi_test: all checks passed\n");
-  return 0;
+  return check_exit("capi_test");
 }
