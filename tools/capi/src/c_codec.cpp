@@ -41,12 +41,6 @@ int check_buffers(const char* fn, const void* src, size_t n, const void* dst, si
   return ZIPCCL_OK;
 }
 
-int check_threads(const char* fn, int threads) {
-  if (threads < 1 || threads > 1024)
-    return fail(ZIPCCL_ERR_INVALID_ARGUMENT, "%s: threads must be 1..1024, not %d", fn, threads);
-  return ZIPCCL_OK;
-}
-
 int isa_of(const char* fn, int isa, codec::Isa* out) {
   switch (isa) {
     case ZIPCCL_ISA_AUTO:
@@ -68,30 +62,6 @@ int isa_of(const char* fn, int isa, codec::Isa* out) {
   return fail(ZIPCCL_ERR_INVALID_ARGUMENT,
               "%s: isa must be ZIPCCL_ISA_AUTO (0), SCALAR (1), AVX2 (2), AVX512 (3) or NEON (4), not %d", fn,
               isa);
-}
-
-int elem_type_of(int t, codec::ElemType* out) {
-  switch (t) {
-    case ZIPCCL_TYPE_NONE:
-      *out = codec::ElemType::kNone;
-      return ZIPCCL_OK;
-    case ZIPCCL_TYPE_BF16:
-      *out = codec::ElemType::kBf16;
-      return ZIPCCL_OK;
-    case ZIPCCL_TYPE_FP16:
-      *out = codec::ElemType::kFp16;
-      return ZIPCCL_OK;
-    case ZIPCCL_TYPE_FP32:
-      *out = codec::ElemType::kFp32;
-      return ZIPCCL_OK;
-    case ZIPCCL_TYPE_AUTO:
-      *out = codec::ElemType::kAuto;
-      return ZIPCCL_OK;
-  }
-  return fail(
-      ZIPCCL_ERR_INVALID_ARGUMENT,
-      "compress: elem_type must be ZIPCCL_TYPE_NONE (0), BF16 (1), FP16 (2), FP32 (3) or AUTO (255), not %d",
-      t);
 }
 
 // Walks the frame headers of src[0, n), calling visit(index, offset, info) for each; the headers are
@@ -138,8 +108,8 @@ int zipccl_compress(const void* src, size_t n, void* dst, size_t dst_capacity, s
     int rc = check_buffers("compress", src, n, dst, dst_capacity, written);
     if (rc != ZIPCCL_OK) return rc;
     codec::EncodeOptions opt;
-    rc = elem_type_of(elem_type, &opt.type);
-    if (rc == ZIPCCL_OK) rc = check_threads("compress", threads);
+    rc = capi::elem_type_of("compress", elem_type, &opt.type);
+    if (rc == ZIPCCL_OK) rc = capi::check_threads("compress", threads);
     if (rc == ZIPCCL_OK) rc = isa_of("compress", isa, &opt.isa);
     if (rc != ZIPCCL_OK) return rc;
     if (block_log2 != 0 && (block_log2 < 10 || block_log2 > 14))
@@ -215,7 +185,7 @@ int zipccl_decompress(const void* src, size_t n, void* dst, size_t dst_capacity,
     int rc = check_buffers("decompress", src, n, dst, dst_capacity, written);
     if (rc != ZIPCCL_OK) return rc;
     codec::DecodeOptions opt;
-    rc = check_threads("decompress", threads);
+    rc = capi::check_threads("decompress", threads);
     if (rc == ZIPCCL_OK) rc = isa_of("decompress", isa, &opt.isa);
     if (rc != ZIPCCL_OK) return rc;
     opt.threads = threads;

@@ -27,6 +27,36 @@ const char* last_error() {
   return t_message;
 }
 
+int check_threads(const char* fn, int threads) {
+  if (threads < 1 || threads > 1024)
+    return fail(ZIPCCL_ERR_INVALID_ARGUMENT, "%s: threads must be 1..1024, not %d", fn, threads);
+  return ZIPCCL_OK;
+}
+
+int elem_type_of(const char* fn, int t, codec::ElemType* out) {
+  switch (t) {
+    case ZIPCCL_TYPE_NONE:
+      *out = codec::ElemType::kNone;
+      return ZIPCCL_OK;
+    case ZIPCCL_TYPE_BF16:
+      *out = codec::ElemType::kBf16;
+      return ZIPCCL_OK;
+    case ZIPCCL_TYPE_FP16:
+      *out = codec::ElemType::kFp16;
+      return ZIPCCL_OK;
+    case ZIPCCL_TYPE_FP32:
+      *out = codec::ElemType::kFp32;
+      return ZIPCCL_OK;
+    case ZIPCCL_TYPE_AUTO:
+      *out = codec::ElemType::kAuto;
+      return ZIPCCL_OK;
+  }
+  return fail(
+      ZIPCCL_ERR_INVALID_ARGUMENT,
+      "%s: elem_type must be ZIPCCL_TYPE_NONE (0), BF16 (1), FP16 (2), FP32 (3) or AUTO (255), not %d", fn,
+      t);
+}
+
 int status_code(codec::Status s) {
   switch (s) {
     case codec::Status::kOk:

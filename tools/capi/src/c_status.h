@@ -18,6 +18,11 @@ void clear_error();
 int fail(int status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 const char* last_error();
 
+// ZIPCCL_OK for 1..1024 threads, else ZIPCCL_ERR_INVALID_ARGUMENT naming fn.
+int check_threads(const char* fn, int threads);
+// *out = the codec's element type of a ZIPCCL_TYPE_* value, or ZIPCCL_ERR_INVALID_ARGUMENT naming fn.
+int elem_type_of(const char* fn, int t, codec::ElemType* out);
+
 // ZIPCCL_ERR_* of a codec status.
 int status_code(codec::Status s);
 

@@ -143,6 +143,36 @@ ZIPCCL_C_API int zipccl_frames(const void* src, size_t n, zipccl_frame_info* fra
 ZIPCCL_C_API int zipccl_decompress(const void* src, size_t n, void* dst, size_t dst_capacity, size_t* written,
                                    int threads, int isa);
 
+/* What `zipccl inspect` measures of one buffer (tools/inspect.h). 2,408 bytes, no padding. */
+typedef struct zipccl_inspect_report {
+  int32_t elem_type;          /* the type it was coded as (ZIPCCL_TYPE_*; never AUTO) */
+  int32_t type_detected;      /* 1 when elem_type was detected from the bytes (AUTO) */
+  int32_t frame_kind;         /* ZIPCCL_FRAME_* of the first frame */
+  int32_t exponent_bits;      /* 8 (bf16, fp32), 5 (fp16), 0 (no float type: no histogram) */
+  int32_t exponent_bias;      /* 127, 15 */
+  int32_t has_exponent_range; /* 0 when no normal number occurs */
+  int32_t exponent_min;       /* unbiased exponents of the normal numbers, when has_exponent_range */
+  int32_t exponent_max;
+  int32_t distinct_exponents;
+  int32_t reserved;
+  uint64_t bytes;            /* the input */
+  uint64_t compressed_bytes; /* zipccl frames, cut as zipccl_compress cuts them */
+  uint64_t predicted_bytes;  /* what the order-0 entropy bound predicts */
+  double ratio;              /* bytes / compressed_bytes */
+  double bound_ratio;        /* bytes / predicted_bytes (infinity for a constant input) */
+  double entropy_bits;       /* per element (per byte for NONE), sum of the planes */
+  uint64_t zero_or_subnormal;
+  uint64_t inf_or_nan;
+  uint64_t exponent_counts[256]; /* elements per exponent field; 2^exponent_bits entries are used */
+  char exponent_summary[256];    /* the histogram as `zipccl inspect` prints it, NUL-terminated */
+} zipccl_inspect_report;
+
+/* Measures src[0, n) as `zipccl inspect` does (compressing it on `threads` threads to a buffer of
+ * its own, and checking the round trip): elem_type as for zipccl_compress. Not a hot path: it
+ * allocates inside. */
+ZIPCCL_C_API int zipccl_inspect(const void* src, size_t n, int elem_type, int threads,
+                                zipccl_inspect_report* report);
+
 /* ---- Settings registry ----
  * The environment variables the NCCL plugin reads, in registry order: its ZIPCCL_* settings and the
  * few NCCL_* ones it reads itself (NCCL_IB_TC, ...). What a launcher (Python's zipccl.enable()) may
