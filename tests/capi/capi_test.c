@@ -95,7 +95,7 @@ static void test_round_trips(void) {
   const size_t n = ZIPCCL_FRAME_INPUT * 2 + 12345;
   const size_t stream = round_trip(n, ZIPCCL_TYPE_BF16, ZIPCCL_TYPE_BF16, 4);
   CHECK(stream < n * 9 / 10);
-  /* AUTO finds bf16 in bf16 data: same bytes as saying so. */
+  /* AUTO compresses bf16 data too (whichever type it detects). */
   CHECK(round_trip(1 << 20, ZIPCCL_TYPE_BF16, ZIPCCL_TYPE_AUTO, 1) < (1 << 20) * 9 / 10);
 }
 
@@ -294,6 +294,41 @@ static void test_arguments(void) {
   free(other);
 }
 
+static void test_inspect(void) {
+  const size_t n = 1 << 20;
+  unsigned char* src = guarded_alloc(n);
+  g_rng = 4242;
+  fill(src, n, ZIPCCL_TYPE_BF16);
+  zipccl_inspect_report r;
+  /* AUTO: the type is detected (fill()'s bf16 has a constant fp16 exponent field, so that may be fp16),
+   * and the frames it measures are the ones zipccl_compress writes. */
+  CHECK(zipccl_inspect(src, n, ZIPCCL_TYPE_AUTO, 2, &r) == ZIPCCL_OK);
+  CHECK(r.type_detected == 1 && r.elem_type != ZIPCCL_TYPE_AUTO && r.bytes == n);
+  size_t bound = 0, written = 0;
+  CHECK(zipccl_max_compressed_size(n, &bound) == ZIPCCL_OK);
+  unsigned char* stream = guarded_alloc(bound);
+  CHECK(zipccl_compress(src, n, stream, bound, &written, ZIPCCL_TYPE_AUTO, 0, 1, ZIPCCL_ISA_AUTO) ==
+        ZIPCCL_OK);
+  CHECK(r.compressed_bytes == written && r.ratio > 1.1);
+
+  CHECK(zipccl_inspect(src, n, ZIPCCL_TYPE_BF16, 2, &r) == ZIPCCL_OK);
+  CHECK(r.elem_type == ZIPCCL_TYPE_BF16 && r.type_detected == 0 && r.frame_kind == ZIPCCL_FRAME_CODED);
+  CHECK(r.exponent_bits == 8 && r.exponent_bias == 127 && r.ratio > 1.1 && r.bound_ratio > 1.0);
+  uint64_t elements = 0;
+  for (int i = 0; i < 256; ++i) elements += r.exponent_counts[i];
+  CHECK(elements == n / 2);
+  /* fill()'s bf16: exponent fields 0x78..0x7F (biased), i.e. -7..0. */
+  CHECK(r.has_exponent_range && r.exponent_min == -7 && r.exponent_max == 0 && r.distinct_exponents == 8);
+  CHECK(r.exponent_summary[0] != '\0' && strstr(r.exponent_summary, "-7..0") != NULL);
+  free(stream);
+
+  CHECK(zipccl_inspect(src, 1001, ZIPCCL_TYPE_NONE, 1, &r) == ZIPCCL_OK);
+  CHECK(r.elem_type == ZIPCCL_TYPE_NONE && r.exponent_bits == 0 && r.bytes == 1001);
+  CHECK(zipccl_inspect(src, n, 4, 1, &r) == ZIPCCL_ERR_INVALID_ARGUMENT);
+  CHECK(zipccl_inspect(src, n, ZIPCCL_TYPE_BF16, 1, NULL) == ZIPCCL_ERR_INVALID_ARGUMENT);
+  free(src);
+}
+
 static void test_library(void) {
   CHECK(zipccl_abi_version() == ZIPCCL_C_ABI_VERSION);
   const char* s = NULL;
@@ -329,5 +364,6 @@ int main(void) {
   test_round_trips();
   test_malformed();
   test_small_buffers();
+  test_inspect();
   return check_exit("capi_test");
 }
