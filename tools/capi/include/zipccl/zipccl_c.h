@@ -1,4 +1,5 @@
-/* zipccl C API: the codec and the settings registry behind a plain C ABI, in libzipccl.so.
+/* zipccl C API: the codec, `zipccl inspect`, the settings registry and hetero behind a plain C ABI,
+ * in libzipccl.so.
  *
  * For C programs and for language bindings that load a shared library without compiling against
  * an interpreter (Python's ctypes or cffi in ABI mode): the library imports no Python symbol, so one
