@@ -1,7 +1,7 @@
 # Installs the build tree into a fresh prefix, then configures, builds and runs tests/install/consumer
 # against that prefix only (find_package(zipccl) -> zipccl::codec, zipccl::hetero).
 #   cmake -DBUILD_DIR=... -DWORK_DIR=... -DSOURCE_DIR=... -DCXX=... [-DSANITIZE=address,undefined]
-#         [-DEXPECT_PLUGIN=ON] [-DEXPECT_TOOL=ON] -P install_test.cmake
+#         [-DEXPECT_PLUGIN=ON] [-DEXPECT_TOOL=ON] [-DEXPECT_CAPI=ON -DCC=...] -P install_test.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
@@ -45,13 +45,26 @@ set(flags "")
 if(SANITIZE)
   set(flags "-fsanitize=${SANITIZE}")
 endif()
-run("configuring the consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build
-    -DCMAKE_BUILD_TYPE= -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${prefix}
-    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=${flags}")
-run("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
-run("running the consumer" ${WORK_DIR}/build/consumer)
-if(NOT run_output MATCHES "hetero: 2 modules, llm dp=2, encoder dp=4")
-  message(FATAL_ERROR "unexpected consumer output:\n${run_output}")
+# consumer(<folder> <language> <compiler> <expected output regex>): configures, builds and runs
+# tests/install/<folder>, whose executable is named after the folder.
+function(consumer folder lang compiler expected)
+  run("configuring ${folder}" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/${folder} -B ${WORK_DIR}/${folder}
+      -DCMAKE_BUILD_TYPE= -DCMAKE_${lang}_COMPILER=${compiler} -DCMAKE_PREFIX_PATH=${prefix}
+      -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DCMAKE_${lang}_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=${flags}")
+  run("building ${folder}" ${CMAKE_COMMAND} --build ${WORK_DIR}/${folder})
+  run("running ${folder}" ${WORK_DIR}/${folder}/${folder})
+  if(NOT run_output MATCHES "${expected}")
+    message(FATAL_ERROR "unexpected output of ${folder}:\n${run_output}")
+  endif()
+  message(STATUS "${run_output}")
+endfunction()
+consumer(consumer CXX ${CXX} "hetero: 2 modules, llm dp=2, encoder dp=4")
+
+# The C API: libzipccl.so and zipccl_c.h, found as zipccl::capi by a C project.
+if(EXPECT_CAPI)
+  if(NOT EXISTS ${prefix}/include/zipccl/zipccl_c.h)
+    message(FATAL_ERROR "not installed: include/zipccl/zipccl_c.h")
+  endif()
+  consumer(capi_consumer C ${CC} "capi: 131072 -> [0-9]+ bytes, ABI [0-9]+")
 endif()
-message(STATUS "${run_output}")
 file(REMOVE_RECURSE ${WORK_DIR})
