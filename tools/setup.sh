@@ -5,19 +5,30 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PACKAGES=(cmake g++ make clang pkg-config libgtest-dev libzstd-dev liblz4-dev libibverbs-dev iproute2)
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if ((${#missing[@]})); then
+# install_missing [APT_OPTION...] -- PACKAGE...: installs those not installed, as root; otherwise exits
+# with the apt-get command to run.
+install_missing() {
+  local options=() missing=() p
+  while [[ $1 != -- ]]; do options+=("$1"); shift; done
+  shift
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
   if [[ $(id -u) -ne 0 ]]; then
-    echo "zipccl setup: missing packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
+    echo "zipccl setup: missing packages: ${missing[*]} (run as root, or: sudo apt-get install ${options[*]:+${options[*]} }${missing[*]})" >&2
     exit 1
   fi
   echo "zipccl setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt-get install -y -qq "${options[@]}" "${missing[@]}" >/dev/null
+}
+install_missing -- "${PACKAGES[@]}"
+# What tools/test.sh's stages need beyond the build (it sets ZIPCCL_TEST_PACKAGES before sourcing
+# this), without their recommends: python3-torch's add ~150 MB of unrelated media and GIS libraries.
+if [[ -n ${ZIPCCL_TEST_PACKAGES[*]:-} ]]; then
+  install_missing --no-install-recommends -- "${ZIPCCL_TEST_PACKAGES[@]}"
 fi
 
 # Zig links the plugin and the tool against glibc 2.28's symbols, so that they load on older

@@ -21,6 +21,27 @@ def tool_compress(tmp_path_factory):
     return run
 
 
+# What some tests import and would skip without (pytest.importorskip). In CI (CI set, as .ci/run
+# does) a missing one fails the run instead: tools/test.sh installs them, so a skip there is a defect.
+NEEDED_IN_CI = ("torch", "numpy", "ml_dtypes")
+
+
+def pytest_configure(config):
+    if os.environ.get("CI", "").lower() in ("", "0", "false", "no"):
+        return
+    import importlib
+
+    missing = []
+    for name in NEEDED_IN_CI:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            missing.append(f"{name} ({e})")
+    if missing:
+        raise pytest.UsageError(f"CI={os.environ['CI']}: the Python tests need {', '.join(missing)}; "
+                                "tools/test.sh installs them (python3-torch, python3-numpy; ml_dtypes from PyPI)")
+
+
 def pytest_report_header(config):
     import zipccl
 

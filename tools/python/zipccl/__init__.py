@@ -5,28 +5,52 @@
   arrays, CPU torch tensors and bytes (frames identical to the ``zipccl`` tool's).
 - :mod:`zipccl.hetero`: heterogeneous encoder/LLM parallelism on torch.distributed (needs torch).
 - ``python -m zipccl ...`` runs the ``zipccl`` tool.
+
+``import zipccl``, :func:`enable` and :func:`plugin_path` are pure Python: they need neither numpy nor
+the native module, so they work on any Python. The codec loads both at its first use.
 """
-from . import _zipccl
-from ._codec import (FormatError, FrameInfo, compress, compress_into, decompress, frames, inspect,
-                     max_compressed_size)
+from typing import TYPE_CHECKING
+
 from ._paths import plugin_path, tool_path
 from ._plugin import enable, stats
+from ._version import __version__
 
-__version__: str = _zipccl.version().split(" ")[0]
-LayoutError = _zipccl.LayoutError
+if TYPE_CHECKING:
+    from ._codec import (FormatError, FrameInfo, compress, compress_into, decompress, frames, inspect,
+                         max_compressed_size)
+
+# Names served by _codec (numpy and the native module), loaded at the first use of one of them.
+_CODEC_NAMES = ("FormatError", "FrameInfo", "compress", "compress_into", "decompress", "frames", "inspect",
+                "max_compressed_size")
 
 
 def simd_path() -> str:
     """The CPU kernel set the codec runs here: avx512, avx2, neon or scalar."""
+    from . import _zipccl
+
     return _zipccl.simd_path()
 
 
 def __getattr__(name):
+    if name in _CODEC_NAMES:
+        from . import _codec
+
+        names = {n: getattr(_codec, n) for n in _CODEC_NAMES}
+        globals().update(names)  # later look-ups find them without coming here
+        return names[name]
+    if name == "LayoutError":
+        from . import _zipccl
+
+        return _zipccl.LayoutError
     if name == "hetero":  # imports torch: only when asked for
         import importlib
 
         return importlib.import_module(".hetero", __name__)
     raise AttributeError(f"module 'zipccl' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | {"hetero"})
 
 
 __all__ = ["FormatError", "FrameInfo", "LayoutError", "compress", "compress_into", "decompress", "enable", "frames",
