@@ -25,10 +25,14 @@ install_missing() {
   apt-get install -y -qq "${options[@]}" "${missing[@]}" >/dev/null
 }
 install_missing -- "${PACKAGES[@]}"
-# What tools/test.sh's stages need beyond the build (it sets ZIPCCL_TEST_PACKAGES before sourcing
-# this), without their recommends: python3-torch's add ~150 MB of unrelated media and GIS libraries.
+# What tools/test.sh's stages need beyond the build (it sets ZIPCCL_TEST_PACKAGES and
+# ZIPCCL_TEST_PY_PACKAGES before sourcing this); the Python ones without their recommends:
+# python3-torch's add ~150 MB of unrelated media and GIS libraries.
 if [[ -n ${ZIPCCL_TEST_PACKAGES[*]:-} ]]; then
-  install_missing --no-install-recommends -- "${ZIPCCL_TEST_PACKAGES[@]}"
+  install_missing -- "${ZIPCCL_TEST_PACKAGES[@]}"
+fi
+if [[ -n ${ZIPCCL_TEST_PY_PACKAGES[*]:-} ]]; then
+  install_missing --no-install-recommends -- "${ZIPCCL_TEST_PY_PACKAGES[@]}"
 fi
 
 # Zig links the plugin and the tool against glibc 2.28's symbols, so that they load on older

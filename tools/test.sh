@@ -8,9 +8,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Debian packages (CPU torch for the gloo jobs, numpy, pytest, venv). With CI set, tests/python fails
 # rather than skip a test for want of one of them (its conftest.py). ZIPCCL_QUICK=1 needs none.
 ZIPCCL_TEST_PACKAGES=()
+ZIPCCL_TEST_PY_PACKAGES=()
 if [[ "${ZIPCCL_QUICK:-0}" != 1 ]]; then
   ZIPCCL_TEST_PACKAGES=(g++-aarch64-linux-gnu qemu-user libfabric-dev libfabric-bin libhwloc-dev autoconf automake
-                        libtool python3-venv python3-numpy python3-pytest python3-torch)
+                        libtool)
+  ZIPCCL_TEST_PY_PACKAGES=(python3-venv python3-numpy python3-pytest python3-torch)
 fi
 source tools/setup.sh
 
