@@ -112,7 +112,9 @@ void say_device_reg(const DeviceMemory& d, DeviceReg how) {
 }
 
 // Registrations with the inner plugin on one comm: NCCL's buffers (pinned through the compressing
-// layer, counted per address) and the connection's own buffers.
+// layer, counted per address) and the connection's own buffers. Thread-safe: NCCL registers user
+// buffers (regMr/deregMr) on its proxy service thread while the progress thread's isend/irecv look
+// handles up here; regMr is rare, so one mutex per comm costs the data path an uncontended lock.
 class Registrations {
  public:
   Registrations(InnerNet* net, void* comm, const DeviceMemory& dm)
@@ -120,6 +122,10 @@ class Registrations {
         comm_(comm),
         dm_(dm),
         how_(dm.dmabuf ? DeviceReg::kUndecided : dm.cuda ? DeviceReg::kCuda : DeviceReg::kHost) {}
+  // Moved only by a closing connection (into the registrations left open for the inner), when no other
+  // thread uses it any more.
+  Registrations(Registrations&& o) noexcept
+      : net_(o.net_), comm_(o.comm_), dm_(o.dm_), how_(o.how_), regs_(std::move(o.regs_)), empty_(std::move(o.empty_)) {}
   // NCCL's regMr through the compressing layer, and the GPU path's staging. Device memory is registered
   // with the inner only when the comm's device takes it: with a dma-buf fd when it has NCCL_PTR_DMABUF
   // (NCCL's own fd from regMrDmaBuf, else one exported for the range; NCCL prefers dma-buf too), else as
@@ -129,7 +135,8 @@ class Registrations {
   // host staging (a buffer NCCL gave its own fd for is still forwarded with it); one that fails later
   // fails the registration.
   ncclResult_t pin(const MemDesc& m) {
-    if (!m.device) return add(m);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!m.device) return add_locked(m);
     if (m.size == 0 && how_ != DeviceReg::kCuda) {  // nothing to export, nothing the inner would read
       ++empty_[reinterpret_cast<uintptr_t>(m.data)];
       return ncclSuccess;
@@ -144,7 +151,7 @@ class Registrations {
       ZIPCCL_CHECK(export_dmabuf(m, &fd, &offset));
     }
     say_device_reg(dm_, how_);
-    if (how_ == DeviceReg::kHost) return m.dmabuf_fd >= 0 && dm_.dmabuf ? add(m) : ncclSuccess;  // NCCL's fd
+    if (how_ == DeviceReg::kHost) return m.dmabuf_fd >= 0 && dm_.dmabuf ? add_locked(m) : ncclSuccess;  // NCCL's fd
     MemDesc r = m;
     if (how_ == DeviceReg::kCuda) {
       r.dmabuf_fd = dm_.dmabuf ? m.dmabuf_fd : -1;  // NCCL's fd where the device takes one
@@ -152,24 +159,58 @@ class Registrations {
       r.dmabuf_fd = fd;
       r.dmabuf_offset = offset;
     }
-    const ncclResult_t res = add(r);
+    const ncclResult_t res = add_locked(r);
     if (fd >= 0) close(fd);  // the inner's registration holds its own reference
     return res;
   }
   // Whether device memory is registered with the inner (the GPU path's device staging may be posted).
-  bool device() const { return how_ == DeviceReg::kCuda || how_ == DeviceReg::kDmaBuf; }
+  bool device() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return how_ == DeviceReg::kCuda || how_ == DeviceReg::kDmaBuf;
+  }
   // Deregisters nothing by itself: clear() first where that is safe (see the connections' destructors).
   // Deregisters everything (before the comm closes).
   void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto& r : regs_) net_->dereg_mr(comm_, r.second.mh);
     regs_.clear();
   }
-  // Whether a registration at m's address already covers it (add() then only counts it).
+  // The connection's own buffers.
+  ncclResult_t add(const MemDesc& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return add_locked(m);
+  }
+  void remove(void* data) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // An empty device pin kept here first: with a registration at the same address, either order
+    // leaves the same registrations once both are unpinned, and none is released early.
+    auto e = empty_.find(reinterpret_cast<uintptr_t>(data));
+    if (e != empty_.end()) {
+      if (--e->second == 0) empty_.erase(e);
+      return;
+    }
+    auto it = regs_.find(reinterpret_cast<uintptr_t>(data));
+    if (it == regs_.end() || --it->second.count > 0) return;
+    net_->dereg_mr(comm_, it->second.mh);
+    regs_.erase(it);
+  }
+  // The inner's handle of a registration covering [p, p + n), or nullptr.
+  void* find(const void* p, size_t n) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto a = reinterpret_cast<uintptr_t>(p);
+    auto it = regs_.upper_bound(a);
+    if (it == regs_.begin()) return nullptr;
+    --it;
+    return a + n <= it->first + it->second.size ? it->second.mh : nullptr;
+  }
+
+ private:
+  // Whether a registration at m's address already covers it (add_locked() then only counts it).
   bool held(const MemDesc& m) const {
     auto it = regs_.find(reinterpret_cast<uintptr_t>(m.data));
     return it != regs_.end() && it->second.size >= m.size;
   }
-  ncclResult_t add(const MemDesc& m) {
+  ncclResult_t add_locked(const MemDesc& m) {
     auto key = reinterpret_cast<uintptr_t>(m.data);
     auto it = regs_.find(key);
     if (it != regs_.end() && it->second.size >= m.size) {
@@ -191,29 +232,6 @@ class Registrations {
     }
     return ncclSuccess;
   }
-  void remove(void* data) {
-    // An empty device pin kept here first: with a registration at the same address, either order
-    // leaves the same registrations once both are unpinned, and none is released early.
-    auto e = empty_.find(reinterpret_cast<uintptr_t>(data));
-    if (e != empty_.end()) {
-      if (--e->second == 0) empty_.erase(e);
-      return;
-    }
-    auto it = regs_.find(reinterpret_cast<uintptr_t>(data));
-    if (it == regs_.end() || --it->second.count > 0) return;
-    net_->dereg_mr(comm_, it->second.mh);
-    regs_.erase(it);
-  }
-  // The inner's handle of a registration covering [p, p + n), or nullptr.
-  void* find(const void* p, size_t n) const {
-    auto a = reinterpret_cast<uintptr_t>(p);
-    auto it = regs_.upper_bound(a);
-    if (it == regs_.begin()) return nullptr;
-    --it;
-    return a + n <= it->first + it->second.size ? it->second.mh : nullptr;
-  }
-
- private:
   struct Reg {
     size_t size;
     void* mh;
@@ -238,6 +256,7 @@ class Registrations {
   DeviceReg how_;
   std::map<uintptr_t, Reg> regs_;
   std::map<uintptr_t, int> empty_;  // 0-byte device pins not forwarded (pin()), counted per address
+  mutable std::mutex mu_;
 };
 
 // A host buffer of the connection, registered with the inner plugin; grows (re-registered) on demand.
