@@ -18,12 +18,10 @@
 
 namespace zipccl {
 namespace net {
-namespace {
 
-template <typename F>
-ncclResult_t guard(const char* what, F&& f) noexcept {
+ncclResult_t caught_exception(const char* what) noexcept {
   try {
-    return f();
+    throw;
   } catch (const std::bad_alloc&) {
     ZIPCCL_WARN("%s: out of memory", what);
     return ncclSystemError;
@@ -33,6 +31,17 @@ ncclResult_t guard(const char* what, F&& f) noexcept {
   } catch (...) {
     ZIPCCL_WARN("%s: unknown internal error", what);
     return ncclInternalError;
+  }
+}
+
+namespace {
+
+template <typename F>
+ncclResult_t guard(const char* what, F&& f) noexcept {
+  try {
+    return f();
+  } catch (...) {
+    return caught_exception(what);
   }
 }
 

@@ -31,6 +31,9 @@ struct Properties {
 constexpr const char kPluginName[] = "zipccl";
 
 ncclResult_t net_init(ncclDebugLogger_t logger);
+// Inside a catch block: the result an exported entry (net tables, pass-through tables) returns for the
+// exception in flight, with a WARN naming `what`. Nothing unwinds into NCCL.
+ncclResult_t caught_exception(const char* what) noexcept;
 // v11: init is per communicator; the returned context goes back to finalize.
 ncclResult_t net_init_ctx(void** ctx, uint64_t comm_id, ncclDebugLogger_t logger);
 ncclResult_t net_finalize_ctx(void* ctx);

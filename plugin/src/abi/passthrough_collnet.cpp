@@ -60,7 +60,7 @@ ncclResult_t init_once(ncclDebugLogger_t logfn) {
     if (!find_inner<V>(Ours)) return ncclInvalidUsage;
     return Forward<V, &Table::init>::call(logfn);
   } catch (...) {
-    return passthrough_caught("CollNet init");
+    return caught_exception("CollNet init");
   }
 }
 // v11, v12: init per communicator; the inner's context is handed to NCCL as it is.
@@ -71,7 +71,7 @@ ncclResult_t init_ctx(void** ctx, uint64_t comm_id, ncclDebugLogger_t logfn) {
     if (!find_inner<V>(Ours)) return ncclInvalidUsage;
     return Forward<V, &Table::init>::call(ctx, comm_id, logfn);
   } catch (...) {
-    return passthrough_caught("CollNet init");
+    return caught_exception("CollNet init");
   }
 }
 

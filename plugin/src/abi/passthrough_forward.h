@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 
+#include "abi/net.h"
 #include "abi/passthrough_library.h"
 #include "common/log.h"
 #include "nccl/net_common.h"
@@ -52,7 +53,7 @@ struct Forward<V, Entry> {
       if (!t || !(t->*Entry)) return ncclInternalError;
       return (t->*Entry)(args...);
     } catch (...) {
-      return passthrough_caught("pass-through call");
+      return caught_exception("pass-through call");
     }
   }
 };

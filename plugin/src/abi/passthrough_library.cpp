@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <new>
 #include <vector>
 
 #include "common/log.h"
@@ -95,21 +94,6 @@ std::string passthrough_missing(const std::string& what) {
 
 void passthrough_adopt_logger(ncclDebugLogger_t logger) {
   if (logger && !net::logger()) set_logger(logger);
-}
-
-ncclResult_t passthrough_caught(const char* what) noexcept {
-  try {
-    throw;
-  } catch (const std::bad_alloc&) {
-    ZIPCCL_WARN("%s: out of memory", what);
-    return ncclSystemError;
-  } catch (const std::exception& e) {
-    ZIPCCL_WARN("%s: internal error: %s", what, e.what());
-    return ncclInternalError;
-  } catch (...) {
-    ZIPCCL_WARN("%s: unknown internal error", what);
-    return ncclInternalError;
-  }
 }
 
 }  // namespace net

@@ -44,9 +44,5 @@ std::string passthrough_missing(const std::string& what);
 // be initialised before the net).
 void passthrough_adopt_logger(ncclDebugLogger_t logger);
 
-// Inside a catch block: the result an exported pass-through entry returns for the exception in
-// flight, with a WARN naming `what`. Nothing unwinds into NCCL.
-ncclResult_t passthrough_caught(const char* what) noexcept;
-
 }  // namespace net
 }  // namespace zipccl

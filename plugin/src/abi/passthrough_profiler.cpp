@@ -20,7 +20,7 @@ ncclResult_t init_v1(void** ctx, int* mask) {
     if (!find_inner<ncclProfiler_v1_t, V>()) return ncclInvalidUsage;
     return Forward<V, &ncclProfiler_v1_t::init>::call(ctx, mask);
   } catch (...) {
-    return passthrough_caught("profiler init");
+    return caught_exception("profiler init");
   }
 }
 ncclResult_t init_v4(void** ctx, int* mask, const char* name, uint64_t hash, int nnodes, int nranks, int rank,
@@ -30,7 +30,7 @@ ncclResult_t init_v4(void** ctx, int* mask, const char* name, uint64_t hash, int
     if (!find_inner<ncclProfiler_v4_t, 4>()) return ncclInvalidUsage;
     return Forward<4, &ncclProfiler_v4_t::init>::call(ctx, mask, name, hash, nnodes, nranks, rank, logfn);
   } catch (...) {
-    return passthrough_caught("profiler init");
+    return caught_exception("profiler init");
   }
 }
 template <int V>
@@ -41,7 +41,7 @@ ncclResult_t init_v5(void** ctx, uint64_t comm_id, int* mask, const char* name, 
     if (!find_inner<ncclProfiler_v5_t, V>()) return ncclInvalidUsage;
     return Forward<V, &ncclProfiler_v5_t::init>::call(ctx, comm_id, mask, name, nnodes, nranks, rank, logfn);
   } catch (...) {
-    return passthrough_caught("profiler init");
+    return caught_exception("profiler init");
   }
 }
 

@@ -10,6 +10,7 @@
 #include <new>
 #include <string>
 
+#include "abi/net.h"
 #include "abi/passthrough_library.h"
 #include "abi/passthrough_versions.h"
 #include "common/log.h"
@@ -114,7 +115,7 @@ ncclResult_t tuner_init(int requested, void** ctx, uint64_t comm_id, size_t nran
     *ctx = owned.release();
     return ncclSuccess;
   } catch (...) {
-    return passthrough_caught("tuner init");
+    return caught_exception("tuner init");
   }
 }
 
@@ -183,7 +184,7 @@ ncclResult_t finalize(void* ctx) {
   try {
     return tuner_finalize(ctx);
   } catch (...) {
-    return passthrough_caught("tuner finalize");
+    return caught_exception("tuner finalize");
   }
 }
 ncclResult_t coll_info(void* ctx, ncclTunerFunc_t coll, size_t nbytes, int npipe, float** cost, int nalgo,
@@ -191,7 +192,7 @@ ncclResult_t coll_info(void* ctx, ncclTunerFunc_t coll, size_t nbytes, int npipe
   try {
     return tuner_coll_info(ctx, coll, nbytes, npipe, cost, nalgo, nproto, reg_buff, nchannels);
   } catch (...) {
-    return passthrough_caught("tuner getCollInfo");
+    return caught_exception("tuner getCollInfo");
   }
 }
 ncclResult_t coll_info_v3(void* ctx, ncclTunerFunc_t coll, size_t nbytes, int npipe, float** cost, int nalgo,
@@ -208,7 +209,7 @@ ncclResult_t coll_info_v2(void* ctx, ncclTunerFunc_t coll, size_t nbytes, int co
     return as<ncclTuner_v2_t>(c)->getCollInfo(c->inner_ctx, coll, nbytes, collnet, nvls, npipe, algorithm,
                                               protocol, nchannels);
   } catch (...) {
-    return passthrough_caught("tuner getCollInfo");
+    return caught_exception("tuner getCollInfo");
   }
 }
 // v6's optional entry: an inner v6 tuner's own, else the chunk size stays NCCL's.
@@ -220,7 +221,7 @@ ncclResult_t chunk_size(void* ctx, ncclTunerFunc_t coll, size_t nbytes, int algo
     if (c->inner_version != 6 || !as<ncclTuner_v6_t>(c)->getChunkSize) return ncclSuccess;
     return as<ncclTuner_v6_t>(c)->getChunkSize(c->inner_ctx, coll, nbytes, algo, proto, nchannels, chunk);
   } catch (...) {
-    return passthrough_caught("tuner getChunkSize");
+    return caught_exception("tuner getChunkSize");
   }
 }
 
