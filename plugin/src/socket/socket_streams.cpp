@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "socket/socket_wire.h"
 
 namespace zipccl {
 namespace net {
@@ -42,9 +43,27 @@ OpSlot* OpTable::get(int id) {
   return valid(id) ? &slots_[id] : nullptr;
 }
 
+void assign_pieces(const uint64_t* backlog, int nstreams, int npieces, uint64_t chunk, uint64_t len, int first,
+                   uint8_t* map) {
+  uint64_t load[kMaxStreams];
+  for (int s = 0; s < nstreams; ++s) load[s] = backlog[s];
+  for (int i = 0; i < npieces; ++i) {
+    int best = first % nstreams;
+    for (int k = 1; k < nstreams; ++k) {
+      int s = (first + k) % nstreams;
+      if (load[s] < load[best]) best = s;
+    }
+    uint64_t off = static_cast<uint64_t>(i) * chunk;
+    load[best] += len - off < chunk ? len - off : chunk;
+    map[i] = static_cast<uint8_t>(best);
+  }
+}
+
 StreamThread::StreamThread(std::vector<int> fds, bool sending, std::atomic<int>* conn_error,
                            int io_timeout_ms)
     : fds_(fds), sending_(sending), conn_error_(conn_error), io_timeout_ms_(io_timeout_ms) {
+  backlog_.reset(new std::atomic<uint64_t>[fds.size()]);
+  for (size_t i = 0; i < fds.size(); ++i) backlog_[i].store(0);
   for (int fd : fds) socks_.push_back(Sock{fd, {}, 0});
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   thread_ = std::thread([this] { run(); });
@@ -68,6 +87,7 @@ void StreamThread::enqueue(int local_index, const Piece& p) {
     }
     socks_[local_index].queue.push_back(p);
   }
+  backlog_[local_index].fetch_add(p.len, std::memory_order_relaxed);
   uint64_t one = 1;
   (void)!write(event_fd_, &one, sizeof one);
 }
@@ -78,10 +98,12 @@ void StreamThread::fail_all(const char* why, int err) {
   conn_error_->store(1);
   std::lock_guard<std::mutex> lock(mu_);
   failed_ = true;
-  for (Sock& s : socks_) {
+  for (size_t i = 0; i < socks_.size(); ++i) {
+    Sock& s = socks_[i];
     for (Piece& p : s.queue) p.op->error.store(1);
     s.queue.clear();
     s.offset = 0;
+    backlog_[i].store(0, std::memory_order_relaxed);
   }
 }
 
@@ -101,6 +123,7 @@ bool StreamThread::step(Sock* s, bool* failed) {
       if (n > 0) {
         s->offset += static_cast<size_t>(n);
         moved_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+        backlog_[s - socks_.data()].fetch_sub(static_cast<uint64_t>(n), std::memory_order_relaxed);
         progressed = true;
         continue;
       }
