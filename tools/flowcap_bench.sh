@@ -15,7 +15,8 @@
 #   tools/flowcap_bench.sh [options]
 #     --nthreads N|auto   NCCL_SOCKET_NTHREADS for NCCL's count and zipccl (default auto)
 #     --nsocks N|auto     NCCL_NSOCKS_PERTHREAD (default auto)
-#     --flow RATE         per-flow cap, kbit/mbit/gbit (default 1gbit)
+#     --flow RATE[,RATE]  per-flow cap, kbit/mbit/gbit (default 1gbit); a list: the sockets of each
+#                         process take the rates in turn (unequal flows, as on a multipath fabric)
 #     --link RATE         aggregate tbf rate (default 8gbit)
 #     --seconds S         length of every run (default 4)
 #     --repeat R          rounds; medians are reported (default 3)
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     --data) DATA=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
     --json) JSON=$2; shift 2 ;;
-    *) sed -n '2,29p' "$0"; exit 2 ;;
+    *) sed -n '2,32p' "$0"; exit 2 ;;
   esac
 done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

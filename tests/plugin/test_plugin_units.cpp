@@ -449,8 +449,9 @@ TEST(Policy, ModesAndMinBytes) {
 
 TEST(SocketPieces, EvenBacklogsGetTheRoundRobin) {
   const uint64_t zero[4] = {};
+  const double unmeasured[4] = {};
   uint8_t map[8];
-  assign_pieces(zero, 4, 8, 100, 800, 1, map);
+  assign_pieces(zero, unmeasured, 4, 8, 100, 800, 1, map);
   const uint8_t want[8] = {1, 2, 3, 0, 1, 2, 3, 0};
   for (int i = 0; i < 8; ++i) EXPECT_EQ(map[i], want[i]) << i;
 }
@@ -458,8 +459,9 @@ TEST(SocketPieces, EvenBacklogsGetTheRoundRobin) {
 TEST(SocketPieces, AStreamThatFellBehindGetsLess) {
   // Stream 2 still holds 300 bytes (a slower flow): the other streams take its share of the message.
   const uint64_t backlog[4] = {0, 0, 300, 0};
+  const double unmeasured[4] = {};
   uint8_t map[8];
-  assign_pieces(backlog, 4, 8, 100, 750, 0, map);
+  assign_pieces(backlog, unmeasured, 4, 8, 100, 750, 0, map);
   int per[4] = {};
   for (int i = 0; i < 8; ++i) ++per[map[i]];
   EXPECT_EQ(per[2], 0);
@@ -468,15 +470,52 @@ TEST(SocketPieces, AStreamThatFellBehindGetsLess) {
   // The short last piece (50 bytes) counts as 50.
   const uint64_t even[2] = {0, 0};
   uint8_t m2[3];
-  assign_pieces(even, 2, 3, 100, 250, 0, m2);
+  assign_pieces(even, unmeasured, 2, 3, 100, 250, 0, m2);
   EXPECT_EQ(m2[0], 0);
   EXPECT_EQ(m2[1], 1);
   EXPECT_EQ(m2[2], 0);
   // One stream: every piece on it.
   const uint64_t one[1] = {12345};
   uint8_t m3[1] = {9};
-  assign_pieces(one, 1, 1, 100, 100, 7, m3);
+  assign_pieces(one, unmeasured, 1, 1, 100, 100, 7, m3);
   EXPECT_EQ(m3[0], 0);
+}
+
+TEST(SocketPieces, AFasterStreamCarriesMore) {
+  // Stream 0 moves 4x what stream 1 does: of 10 equal pieces it takes 8, so both finish together.
+  const uint64_t zero[2] = {};
+  const double rate[2] = {4e6, 1e6};
+  uint8_t map[10];
+  assign_pieces(zero, rate, 2, 10, 100, 1000, 0, map);
+  int per[2] = {};
+  for (int i = 0; i < 10; ++i) ++per[map[i]];
+  EXPECT_EQ(per[0], 8);
+  EXPECT_EQ(per[1], 2);
+  // A stream not measured yet counts as the fastest.
+  const double partly[2] = {0, 1e6};
+  assign_pieces(zero, partly, 2, 10, 100, 1000, 0, map);
+  per[0] = per[1] = 0;
+  for (int i = 0; i < 10; ++i) ++per[map[i]];
+  EXPECT_EQ(per[0], 5);
+}
+
+TEST(SocketPieces, RatesCountOnlyWhileAStreamIsBusy) {
+  StreamRates r;
+  uint64_t moved[2] = {0, 0}, backlog[2] = {1000, 0};
+  r.update(moved, backlog, 2, 0.0);
+  moved[0] = 4000;
+  moved[1] = 50;  // stream 1 was idle: whatever it moved says nothing of its pace
+  backlog[1] = 10;
+  r.update(moved, backlog, 2, 0.001);
+  EXPECT_NEAR(r.rates()[0], 4e6, 1);
+  EXPECT_EQ(r.rates()[1], 0);
+  moved[0] = 8000;
+  moved[1] = 1050;
+  r.update(moved, backlog, 2, 0.002);
+  EXPECT_NEAR(r.rates()[0], 4e6, 1);
+  EXPECT_NEAR(r.rates()[1], 1e6, 1);
+  r.update(moved, backlog, 2, 0.0025);  // under a millisecond later: ignored
+  EXPECT_NEAR(r.rates()[0], 4e6, 1);
 }
 
 // NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD with NCCL's semantics (net_socket.cc,

@@ -43,27 +43,59 @@ OpSlot* OpTable::get(int id) {
   return valid(id) ? &slots_[id] : nullptr;
 }
 
-void assign_pieces(const uint64_t* backlog, int nstreams, int npieces, uint64_t chunk, uint64_t len, int first,
-                   uint8_t* map) {
-  uint64_t load[kMaxStreams];
-  for (int s = 0; s < nstreams; ++s) load[s] = backlog[s];
+void assign_pieces(const uint64_t* backlog, const double* rate, int nstreams, int npieces, uint64_t chunk,
+                   uint64_t len, int first, uint8_t* map) {
+  double fastest = 0;
+  for (int s = 0; s < nstreams; ++s) fastest = rate[s] > fastest ? rate[s] : fastest;
+  double load[kMaxStreams], pace[kMaxStreams];
+  for (int s = 0; s < nstreams; ++s) {
+    load[s] = static_cast<double>(backlog[s]);
+    pace[s] = rate[s] > 0 ? rate[s] : (fastest > 0 ? fastest : 1.0);
+  }
   for (int i = 0; i < npieces; ++i) {
+    uint64_t off = static_cast<uint64_t>(i) * chunk;
+    double piece = static_cast<double>(len - off < chunk ? len - off : chunk);
     int best = first % nstreams;
+    double best_t = (load[best] + piece) / pace[best];
     for (int k = 1; k < nstreams; ++k) {
       int s = (first + k) % nstreams;
-      if (load[s] < load[best]) best = s;
+      double t = (load[s] + piece) / pace[s];
+      if (t < best_t) {
+        best = s;
+        best_t = t;
+      }
     }
-    uint64_t off = static_cast<uint64_t>(i) * chunk;
-    load[best] += len - off < chunk ? len - off : chunk;
+    load[best] += piece;
     map[i] = static_cast<uint8_t>(best);
   }
+}
+
+void StreamRates::update(const uint64_t* moved, const uint64_t* backlog, int nstreams, double now_s) {
+  constexpr double kMinSpan = 1e-3;  // shorter looks are all noise
+  constexpr double kAlpha = 0.25;
+  if (nstreams > kMax) nstreams = kMax;
+  if (last_s_ >= 0 && now_s - last_s_ < kMinSpan) return;
+  for (int s = 0; s < nstreams; ++s) {
+    bool busy = backlog[s] > 0;
+    if (last_s_ >= 0 && last_busy_[s] && busy) {
+      double r = static_cast<double>(moved[s] - last_moved_[s]) / (now_s - last_s_);
+      rate_[s] = rate_[s] > 0 ? rate_[s] + kAlpha * (r - rate_[s]) : r;
+    }
+    last_moved_[s] = moved[s];
+    last_busy_[s] = busy;
+  }
+  last_s_ = now_s;
 }
 
 StreamThread::StreamThread(std::vector<int> fds, bool sending, std::atomic<int>* conn_error,
                            int io_timeout_ms)
     : fds_(fds), sending_(sending), conn_error_(conn_error), io_timeout_ms_(io_timeout_ms) {
   backlog_.reset(new std::atomic<uint64_t>[fds.size()]);
-  for (size_t i = 0; i < fds.size(); ++i) backlog_[i].store(0);
+  sock_moved_.reset(new std::atomic<uint64_t>[fds.size()]);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    backlog_[i].store(0);
+    sock_moved_[i].store(0);
+  }
   for (int fd : fds) socks_.push_back(Sock{fd, {}, 0});
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   thread_ = std::thread([this] { run(); });
@@ -124,6 +156,7 @@ bool StreamThread::step(Sock* s, bool* failed) {
         s->offset += static_cast<size_t>(n);
         moved_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
         backlog_[s - socks_.data()].fetch_sub(static_cast<uint64_t>(n), std::memory_order_relaxed);
+        sock_moved_[s - socks_.data()].fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
         progressed = true;
         continue;
       }

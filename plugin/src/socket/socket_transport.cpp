@@ -182,9 +182,15 @@ class SocketSendConn final : public SendConn, private SocketConn {
       uint64_t chunk = chunk_for(len, nstreams_);
       item.hdr.chunk = chunk;
       npieces = static_cast<int>((len + chunk - 1) / chunk);
-      uint64_t backlog[kMaxStreams];
-      for (int s = 0; s < nstreams_; ++s) backlog[s] = threads_[s / per_thread_]->backlog(s % per_thread_);
-      assign_pieces(backlog, nstreams_, npieces, chunk, len, static_cast<int>(seq_ % nstreams_), map);
+      uint64_t backlog[kMaxStreams], moved[kMaxStreams];
+      for (int s = 0; s < nstreams_; ++s) {
+        backlog[s] = threads_[s / per_thread_]->backlog(s % per_thread_);
+        moved[s] = threads_[s / per_thread_]->moved(s % per_thread_);
+      }
+      rates_.update(moved, backlog, nstreams_,
+                    std::chrono::duration<double>(Clock::now().time_since_epoch()).count());
+      assign_pieces(backlog, rates_.rates(), nstreams_, npieces, chunk, len, static_cast<int>(seq_ % nstreams_),
+                    map);
       enqueue_pieces(static_cast<char*>(const_cast<void*>(payload)), len, chunk, map, slot, 1);
     }
     std::memcpy(item.prefix, &item.hdr, sizeof(MsgHeader));
@@ -276,6 +282,7 @@ class SocketSendConn final : public SendConn, private SocketConn {
   }
 
   std::deque<CtrlItem> ctrl_queue_;
+  StreamRates rates_;
   uint64_t seq_ = 0;
   uint64_t wire_ = 0;          // bytes posted (headers included)
   uint64_t ctrl_written_ = 0;  // bytes written to the control stream
