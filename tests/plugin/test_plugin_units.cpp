@@ -413,6 +413,18 @@ TEST(Policy, CompressionThatDeliversLessIsHeldOff) {
   EXPECT_NEAR(p.delivered_compressed_bps(), (4 << 20) / 0.03, 1);
 }
 
+TEST(Policy, RawStretchesSlowedByOtherWorkDoNotMakeCompressionLookGood) {
+  Policy p(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
+  p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  deliver_raw(p, 0.05);
+  EXPECT_EQ(stretch(p, 0.06), kStretch);  // loses
+  // The held raw stretches run while another job takes the CPUs: 100 ms per message.
+  EXPECT_EQ(stretch(p, 0.10, Policy::kWarmMessages + Policy::kFirstHold * Policy::kStretchMessages), 0);
+  EXPECT_NEAR(p.delivered_raw_bps(), (4 << 20) / 0.05, 1);  // the best recent raw stretch
+  EXPECT_EQ(stretch(p, 0.06), kStretch);
+  EXPECT_EQ(p.held_raw(), 2 * Policy::kFirstHold);  // still losing against what raw can do
+}
+
 TEST(Policy, CompressionThatWinsKeepsTheRawFigureCurrent) {
   Policy p(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
   p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);

@@ -78,7 +78,10 @@ void Policy::on_delivered(size_t raw_bytes, bool compressed, double busy_seconds
   stretch_msgs_ = kWarmMessages;  // the next stretch continues the same decision: nothing to drain
   stretch_bytes_ = stretch_seconds_ = 0;
   if (!stretch_compress_) {
-    delivered_raw_ = rate;
+    raw_window_[raw_next_] = rate;
+    raw_next_ = (raw_next_ + 1) % kRawWindow;
+    delivered_raw_ = 0;
+    for (double v : raw_window_) delivered_raw_ = v > delivered_raw_ ? v : delivered_raw_;
     refresh_raw_ = false;
     if (hold_left_ > 0) --hold_left_;
     return;

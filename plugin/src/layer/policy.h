@@ -15,8 +15,10 @@
 // is checked against what the comm delivered: raw bytes of completed messages per second of busy time
 // (time with a message outstanding), over stretches of kStretchMessages messages and at least
 // kStretchSeconds, compressing against raw. The first stretch of a connection is raw and measured
-// (compression starts only with a raw figure to compare with). A compressing stretch that delivered
-// less than kKeep of the last raw one turns compression off for a hold of raw stretches (kFirstHold,
+// (compression starts only with a raw figure to compare with). The raw figure is the best of the last
+// kRawWindow raw stretches, for the reason the link estimate is a maximum: a stretch that another job's
+// CPU use slowed says nothing about what raw can do. A compressing stretch that delivered less than
+// kKeep of it turns compression off for a hold of raw stretches (kFirstHold,
 // doubling up to kMaxHold while it keeps losing); then compression is tried again. While compression
 // wins, one raw stretch in kRawRefresh compressing ones keeps the raw figure current (the link or the
 // load may have changed).
@@ -55,12 +57,14 @@ class Policy {
   static constexpr int kFirstHold = 2;
   static constexpr int kMaxHold = 64;
   static constexpr int kRawRefresh = 32;
+  static constexpr int kRawWindow = 4;
 
   double link_bps() const { return link_bps_; }
   double codec_bps() const { return codec_bps_; }
   double ratio() const { return ratio_; }  // wire / original of compressed messages
   bool compressing() const { return last_choice_; }
-  // The last complete stretch's delivery rate (bytes/s), compressing and raw; 0 before one exists.
+  // Delivery rates (bytes/s): the last compressing stretch's, and the best of the recent raw ones; 0
+  // before one exists.
   double delivered_compressed_bps() const { return delivered_comp_; }
   double delivered_raw_bps() const { return delivered_raw_; }
   // Raw stretches left before compression may be tried again (0: the model decides).
@@ -90,7 +94,9 @@ class Policy {
   double stretch_bytes_ = 0;
   double stretch_seconds_ = 0;
   double delivered_comp_ = 0;
-  double delivered_raw_ = 0;
+  double delivered_raw_ = 0;  // max of raw_window_
+  double raw_window_[kRawWindow] = {};
+  int raw_next_ = 0;
   int hold_left_ = 0;
   int hold_ = kFirstHold;
   int compressed_stretches_ = 0;  // since the last raw one
