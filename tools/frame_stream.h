@@ -19,7 +19,7 @@ namespace tools {
 // Input bytes per frame that `zipccl compress` writes by default. Large enough that per-frame costs
 // (a header, a pipeline hand-off) vanish and the codec runs at its whole-buffer speed; small enough
 // that the pipeline's three slots take about 45 MiB and fill and drain quickly. Measured against 4,
-// 16 and 32 MiB in BENCHMARKS.md ("The tool streams").
+// 16 and 32 MiB in docs/benchmarks-journal.md ("The tool streams").
 constexpr size_t kDefaultFrameInput = size_t{8} << 20;
 
 // True when the first bytes of `p` are a frame's magic number: a stream, not raw data.

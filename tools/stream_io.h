@@ -64,7 +64,7 @@ class InputBytes {
 };
 
 // The input: a named file or stdin ("-"). A named regular file is mapped (InputBytes), so that no
-// thread copies it out of the page cache (BENCHMARKS.md section 8); stdin is read with read(2), not
+// thread copies it out of the page cache (docs/benchmarks-journal.md section 8); stdin is read with read(2), not
 // pread, since it may be a regular file whose offset a caller has already moved
 // (`(head -c 100; zipccl compress -) < f`).
 class InputFile {
