@@ -16,6 +16,9 @@
 
 namespace zipccl {
 namespace tools {
+
+const char* const kShrank = "the file shrank while it was read (truncated)";
+
 namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
