@@ -669,6 +669,16 @@ RunOutcome run_pair(const Options& o, const std::vector<uint8_t>& pool, const st
     }
   }
   static const char* const kSide[2] = {"receiver", "sender"};
+  // A side that reported a failure while its peer died without a result failed because of that death
+  // (its link closed under it): say so, with the error it saw.
+  for (int s = 0; s < 2; ++s) {
+    if (got[s] && !res[s]->ok && ended[1 - s]) {
+      char seen[sizeof res[s]->error];
+      std::snprintf(seen, sizeof seen, "%s", res[s]->error);
+      std::snprintf(res[s]->error, sizeof res[s]->error, "%s stopped after the %s died (%.180s)", kSide[s],
+                    kSide[1 - s], seen);
+    }
+  }
   for (int s = 0; s < 2; ++s) {
     std::string why;
     if (pids[s] <= 0) {
