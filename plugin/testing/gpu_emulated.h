@@ -34,6 +34,12 @@ void emulated_gate_encodes(uint64_t allow);
 // streams, events, workspaces, prepare): the pipeline tests assert that none happens between regMr
 // and close.
 uint64_t emulated_setup_calls();
+// Of those, the calls that synchronise the device by CUDA's documented rules (cudaMalloc, cudaFree,
+// cudaHostAlloc, cudaFreeHost, cudaStreamSynchronize in destroy_stream, the module load of prepare);
+// not counted: stream and event creation/destruction, stream-ordered allocation and free.
+uint64_t emulated_sync_calls();
+// Streams ever created (create_stream), process-wide.
+uint64_t emulated_streams_created();
 // After `after` more stream operations, the emulated device faults as a kernel with a bad address
 // does: the faulting and all later stream work never run (results are never published) and every
 // later call fails, like CUDA's sticky errors. `sticky` false: after `after` more encode/decode

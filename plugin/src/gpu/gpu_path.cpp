@@ -58,7 +58,12 @@ DeviceOps* device_ops() {
       ops = cuda_ops();
       if (!ops && mode == GpuMode::kOn) ZIPCCL_WARN("ZIPCCL_GPU=on, but no usable CUDA device: host buffers only");
     }
-    ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: %s", ops ? ops->name() : "off (host buffers only)");
+    if (ops) {
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: %s, %d streams per GPU shared by every connection", ops->name(),
+                  kStreamsPerDevice);
+    } else {
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: off (host buffers only)");
+    }
   });
   return ops;
 }
@@ -68,33 +73,100 @@ constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
+namespace {
+// Per device: the shared streams (created once, never destroyed) and the memory of closed comms,
+// freed on the codec stream once both streams have passed events recorded at the close.
+struct Retired {
+  void* codec_event = nullptr;
+  void* copy_event = nullptr;
+  std::vector<void*> blocks;
+};
+struct DeviceStreams {
+  SharedStreams streams;
+  std::vector<Retired> retired;
+};
+std::mutex g_streams_mu;
+std::vector<std::unique_ptr<DeviceStreams>>* g_devices = new std::vector<std::unique_ptr<DeviceStreams>>;  // by ordinal
+
+// Frees what closed comms left once the device is done with it. Caller holds g_streams_mu.
+void sweep(DeviceOps* ops, DeviceStreams* d) {
+  for (size_t i = 0; i < d->retired.size();) {
+    Retired& r = d->retired[i];
+    bool a = false, b = false;
+    if (ops->query(r.codec_event, &a) != ncclSuccess || ops->query(r.copy_event, &b) != ncclSuccess || !a || !b) {
+      ++i;  // not yet (or a faulted device: left allocated)
+      continue;
+    }
+    for (void* p : r.blocks) ops->free_async(d->streams.codec, p);
+    ops->destroy_event(r.codec_event);
+    ops->destroy_event(r.copy_event);
+    d->retired.erase(d->retired.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
+DeviceStreams* device_streams(int dev) {
+  if (dev < 0) return nullptr;
+  if (g_devices->size() <= static_cast<size_t>(dev)) g_devices->resize(static_cast<size_t>(dev) + 1);
+  auto& d = (*g_devices)[static_cast<size_t>(dev)];
+  if (!d) d.reset(new DeviceStreams);
+  return d.get();
+}
+}  // namespace
+
+ncclResult_t shared_streams(DeviceOps* ops, int dev, SharedStreams* out) {
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  DeviceStreams* d = device_streams(dev);
+  if (!d) return ncclInternalError;
+  if (!d->streams.codec) {
+    // The path's init on this device: module load and the streams, once per process.
+    ZIPCCL_CHECK(ops->make_current(dev));
+    ZIPCCL_CHECK(ops->prepare(dev));
+    SharedStreams s;
+    ZIPCCL_CHECK(ops->create_stream(dev, &s.codec));
+    if (ops->create_stream(dev, &s.copy) != ncclSuccess) {
+      ops->destroy_stream(s.codec);
+      return ncclUnhandledCudaError;
+    }
+    d->streams = s;
+  }
+  sweep(ops, d);
+  *out = d->streams;
+  return ncclSuccess;
+}
+
 Channel::~Channel() {
-  if (!ops_) return;
-  if (stream_) ops_->destroy_stream(stream_);  // waits for in-flight work on this comm's buffers
-  if (copy_stream_) ops_->destroy_stream(copy_stream_);
+  if (!ops_ || dev_ < 0) return;
+  Retired r;
   for (Slot& s : slots_) {
-    if (s.event) ops_->destroy_event(s.event);
+    if (s.event) ops_->destroy_event(s.event);  // a pending event is released when it completes
     for (void* e : s.seg_events) {
       if (e) ops_->destroy_event(e);
     }
-    if (s.results) ops_->free_host(s.results);
+    if (s.results) r.blocks.push_back(s.results);
   }
-  for (Result* r : retired_results_) ops_->free_host(r);
-  for (int k = 0; k < 3; ++k) {
-    for (auto& a : arenas_[k]) free_arena(k, a.get());
+  for (Result* p : retired_results_) r.blocks.push_back(p);
+  for (auto& list : arenas_) {
+    for (auto& a : list) {
+      if (a->base) r.blocks.push_back(a->base);
+    }
   }
-}
-
-void Channel::free_arena(int kind, Arena* a) {
-  if (!a->base) return;
-  if (kind == 0)
-    ops_->free_host(a->base);
-  else
-    ops_->free_device(a->base);
-  a->base = nullptr;
+  // The comm's work may still run on both streams (a request NCCL stopped waiting for): its memory is
+  // freed only after both have passed this point.
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  DeviceStreams* d = device_streams(dev_);
+  if (ops_->create_event(stream_, &r.codec_event) != ncclSuccess ||
+      ops_->create_event(copy_stream_, &r.copy_event) != ncclSuccess || ops_->record(stream_, r.codec_event) != ncclSuccess ||
+      ops_->record(copy_stream_, r.copy_event) != ncclSuccess) {
+    ZIPCCL_INFO(NCCL_NET, "GPU path: a closed connection's %zu staging blocks stay allocated (the device failed)",
+                r.blocks.size());
+    return;
+  }
+  d->retired.push_back(std::move(r));
+  sweep(ops_, d);
 }
 
 ncclResult_t Channel::bind(int dev) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (dev != dev_) {
     ZIPCCL_WARN("device buffer on GPU %d for a connection %s", dev,
                 dev_ < 0 ? "whose device memory was never registered (regMr)" : "bound to another GPU");
@@ -109,7 +181,7 @@ ncclResult_t Channel::grow(int kind, size_t cap) {
   if (!arenas_[kind].empty() && arenas_[kind].back()->cap >= cap) return ncclSuccess;
   std::unique_ptr<Arena> a(new Arena);
   void* p = nullptr;
-  ZIPCCL_CHECK(kind == 0 ? ops_->alloc_host(cap, &p) : ops_->alloc_device(cap, &p));
+  ZIPCCL_CHECK(kind == 0 ? ops_->alloc_host_async(stream_, cap, &p) : ops_->alloc_device_async(stream_, cap, &p));
   a->base = static_cast<char*>(p);
   a->cap = cap;
   arenas_[kind].push_back(std::move(a));
@@ -117,6 +189,9 @@ ncclResult_t Channel::grow(int kind, size_t cap) {
 }
 
 ncclResult_t Channel::reserve(int dev, size_t bytes, size_t segments, bool seg_events) {
+  SharedStreams streams;
+  ZIPCCL_CHECK(shared_streams(ops_, dev, &streams));  // outside mu_: may take the device's init
+  std::lock_guard<std::mutex> lock(mu_);
   if (dev_ >= 0 && dev != dev_) {
     ZIPCCL_WARN("regMr of device memory on GPU %d for a connection bound to GPU %d", dev, dev_);
     return ncclInternalError;
@@ -124,9 +199,8 @@ ncclResult_t Channel::reserve(int dev, size_t bytes, size_t segments, bool seg_e
   if (segments < 1) segments = 1;
   ZIPCCL_CHECK(ops_->make_current(dev));
   if (dev_ < 0) {
-    ZIPCCL_CHECK(ops_->prepare(dev));
-    ZIPCCL_CHECK(ops_->create_stream(dev, &stream_));
-    ZIPCCL_CHECK(ops_->create_stream(dev, &copy_stream_));
+    stream_ = streams.codec;
+    copy_stream_ = streams.copy;
     dev_ = dev;
     for (Slot& s : slots_) ZIPCCL_CHECK(ops_->create_event(stream_, &s.event));
   }
@@ -141,7 +215,7 @@ ncclResult_t Channel::reserve(int dev, size_t bytes, size_t segments, bool seg_e
   if (segments > segments_) {
     for (Slot& s : slots_) {
       void* p = nullptr;
-      ZIPCCL_CHECK(ops_->alloc_host(sizeof(Result) * segments, &p));
+      ZIPCCL_CHECK(ops_->alloc_host_async(stream_, sizeof(Result) * segments, &p));
       if (s.results) retired_results_.push_back(s.results);  // a request in flight may still use them
       s.results = static_cast<Result*>(p);
       for (size_t i = 0; i < segments; ++i) result_clear(s.results + i);
@@ -173,6 +247,7 @@ ncclResult_t Channel::reserve_for(std::unique_ptr<Channel>* ch, int slots, const
 }
 
 ncclResult_t Channel::buffer(int slot, Buf which, size_t n, void** p) {
+  std::lock_guard<std::mutex> lock(mu_);
   *p = nullptr;
   Region& r = slots_[static_cast<size_t>(slot)].buf[static_cast<int>(which)];
   if (r.p && r.size >= n) {
@@ -205,6 +280,7 @@ ncclResult_t Channel::buffer(int slot, Buf which, size_t n, void** p) {
 }
 
 void Channel::release(int slot) {
+  std::lock_guard<std::mutex> lock(mu_);
   for (Region& r : slots_[static_cast<size_t>(slot)].buf) {
     if (!r.p) continue;
     if (--r.arena->live == 0) r.arena->head = 0;
@@ -213,14 +289,17 @@ void Channel::release(int slot) {
 }
 
 ncclResult_t Channel::record(int slot) {
+  std::lock_guard<std::mutex> lock(mu_);
   return ops_->record(stream_, slots_[static_cast<size_t>(slot)].event);
 }
 
 ncclResult_t Channel::query(int slot, bool* done) {
+  std::lock_guard<std::mutex> lock(mu_);
   return ops_->query(slots_[static_cast<size_t>(slot)].event, done);
 }
 
 ncclResult_t Channel::seg_result(int slot, size_t j, Result** r) {
+  std::lock_guard<std::mutex> lock(mu_);
   Slot& s = slots_[static_cast<size_t>(slot)];
   if (j >= segments_) {
     ZIPCCL_WARN("segment %zu of a device message: its registration prepared %zu", j, segments_);
@@ -231,6 +310,7 @@ ncclResult_t Channel::seg_result(int slot, size_t j, Result** r) {
 }
 
 ncclResult_t Channel::seg_record(int slot, size_t j) {
+  std::lock_guard<std::mutex> lock(mu_);
   Slot& s = slots_[static_cast<size_t>(slot)];
   if (j >= s.seg_events.size()) {
     ZIPCCL_WARN("segment %zu of a device message: its registration prepared %zu", j, segments_);
@@ -240,6 +320,7 @@ ncclResult_t Channel::seg_record(int slot, size_t j) {
 }
 
 ncclResult_t Channel::seg_query(int slot, size_t j, bool* done) {
+  std::lock_guard<std::mutex> lock(mu_);
   return ops_->query(slots_[static_cast<size_t>(slot)].seg_events[j], done);
 }
 

@@ -2,6 +2,7 @@
 // header, land raw payloads directly in NCCL's buffer and codec frames in staging, decode on the
 // worker pool, and report the uncompressed size.
 #include <algorithm>
+#include <climits>
 #include <thread>
 
 #include "common/log.h"
@@ -31,6 +32,9 @@ RecvComm::RecvComm(RecvConn* conn, const DeviceInfo& dev)
     reqs_[i].h.comm = this;
     free_.push_back(i);
   }
+  // What net.cpp advertises as maxP2pBytes/maxCollBytes: no message NCCL posts is larger.
+  max_message_ = dev.max_bytes && dev.max_bytes < INT_MAX ? dev.max_bytes : INT_MAX;
+  if (gpu::DeviceOps* ops = gpu::device_ops()) gpu_.reset(new gpu::Channel(ops, static_cast<int>(reqs_.size())));
   stats_.direction = "recv";
   stats_.peer = dev.name;
   created_ = Clock::now();
@@ -49,7 +53,7 @@ RecvComm::~RecvComm() {
   const bool staging_free = staging_pins_.close(registry_);
   conn_.reset();  // stops the transport's helper threads before NCCL frees its buffers
   if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still write its staging
-  gpu_.reset();   // waits for this comm's stream (copies, decodes into NCCL's buffers)
+  gpu_.reset();   // returns its memory to the pools once the device has passed this close (no wait)
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET,
                 "GPU path (recv): %llu device messages, %llu decoded on the device, %llu payloads landed in "
@@ -145,6 +149,7 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
 }
 
 ncclResult_t RecvComm::reserve_device(void* data, size_t size) {
+  size = std::min(size, max_message_);  // as SendComm::reserve_device
   // A zipccl sender's segments other than the last are at least 4 KiB (effective_segment_bytes).
   ZIPCCL_CHECK(
       gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size, size / 4096 + 1, false));
