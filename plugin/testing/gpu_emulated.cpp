@@ -42,7 +42,6 @@ struct EmuStream {
   std::deque<std::pair<uint64_t, std::function<void()>>> work;  // (epoch, item)
   uint64_t submitted = 0;            // guarded by mu
   std::atomic<uint64_t> completed{0};
-  std::atomic<bool> running{false};  // an item is executing
   uint64_t epoch = 0;                // guarded by mu: a device reset (emulated_fault) drops older work
   bool stop = false;
   std::thread thread;
@@ -62,10 +61,20 @@ uint64_t g_encode_allow = ~uint64_t{0};  // guarded by g_gate_mu
 std::atomic<uint64_t> g_setup_calls{0};
 std::atomic<uint64_t> g_sync_calls{0};
 std::atomic<uint64_t> g_streams_created{0};
+std::atomic<uint64_t> g_data_ops_done{0};
 // Fault injection: stream operations (encode, decode, copy, land) left before the fault; ~0: none.
 std::atomic<uint64_t> g_fault_after{~uint64_t{0}};
 std::atomic<bool> g_fault_sticky{true};
 std::atomic<bool> g_faulted{false};  // a sticky fault happened: the device is unusable
+// What a real device guarantees once it reports a sticky fault: the context is torn down, so no kernel
+// or copy of it is still running (and none starts) when any call returns the error. Stream items start
+// and finish under g_run_mu's count; a fault halts new starts, waits for the running ones to finish and
+// only then becomes visible (g_faulted); a device reset (emulated_fault) waits the same way. Without it a
+// stream thread could still be encoding from a buffer the caller freed after seeing the error.
+std::mutex g_run_mu;
+std::condition_variable g_run_cv;
+int g_running = 0;      // guarded by g_run_mu: stream items executing now
+bool g_halting = false;  // guarded by g_run_mu: a fault is being raised: no item starts
 void setup_call() { g_setup_calls.fetch_add(1, std::memory_order_relaxed); }
 // A call that synchronises the device (CUDA's documented implicit synchronisation, emulated_sync_calls).
 void sync_call() {
@@ -187,7 +196,7 @@ class EmulatedOps final : public DeviceOps {
     submit(stream, [p] {
       if (auto* f = device_memory_listener()) f(p, 0);  // a host block is unknown to it: ignored
       std::free(p);
-    });
+    }, false);
   }
 
   ncclResult_t encode(void* stream, const void* src, size_t n, void* dst, size_t cap, codec::ElemType type,
@@ -326,13 +335,21 @@ class EmulatedOps final : public DeviceOps {
       targets.emplace_back(s, s->submitted);
     }
     for (auto& t : targets) {
-      // Faulted: nothing starts any more; wait for what is executing.
-      while (g_faulted.load() ? t.first->running.load() : t.first->completed.load() < t.second) {
+      // Faulted: nothing runs any more (raise_fault), nothing to wait for.
+      while (!g_faulted.load() && t.first->completed.load() < t.second) {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
     }
   }
-  void submit(void* stream, std::function<void()> fn) {
+  // `data`: an operation on the caller's buffers (encode, decode, copy, landing), counted by
+  // emulated_data_ops_done() when it has run; not a stream-ordered free.
+  void submit(void* stream, std::function<void()> fn, bool data = true) {
+    if (data) {
+      fn = [f = std::move(fn)] {
+        f();
+        g_data_ops_done.fetch_add(1, std::memory_order_relaxed);
+      };
+    }
     auto* s = static_cast<EmuStream*>(stream);
     {
       std::lock_guard<std::mutex> lock(s->mu);
@@ -355,28 +372,47 @@ class EmulatedOps final : public DeviceOps {
   void run(EmuStream* s) {
     for (;;) {
       std::function<void()> fn;
+      uint64_t epoch = 0;
       {
         std::unique_lock<std::mutex> lock(s->mu);
         s->cv.wait(lock, [s] { return s->stop || !s->work.empty(); });
         if (s->work.empty()) return;
-        if (s->work.front().first != s->epoch) {  // enqueued before a reset: dropped
-          s->work.pop_front();
-          continue;
-        }
+        epoch = s->work.front().first;
         fn = std::move(s->work.front().second);
         s->work.pop_front();
       }
       if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
-      if (faults_now()) g_faulted.store(true);
-      s->running.store(true);  // before the check: synchronize_device() sees either this or the fault
-      if (g_faulted.load()) {
-        s->running.store(false);
+      if (faults_now()) {  // this item faults: it never runs
+        raise_fault();
         continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(g_run_mu);
+        if (g_halting || g_faulted.load()) continue;  // the device is failing or failed
+        {
+          std::lock_guard<std::mutex> l(s->mu);
+          if (epoch != s->epoch) continue;  // enqueued before a reset (even if taken before it): dropped
+        }
+        ++g_running;
       }
       fn();
       s->completed.fetch_add(1);
-      s->running.store(false);
+      {
+        std::lock_guard<std::mutex> lock(g_run_mu);
+        --g_running;
+      }
+      g_run_cv.notify_all();
     }
+  }
+  // The sticky fault becomes visible only once no stream item runs (see g_run_mu).
+  static void raise_fault() {
+    std::unique_lock<std::mutex> lock(g_run_mu);
+    g_halting = true;
+    g_run_cv.wait(lock, [] { return g_running == 0; });
+    g_faulted.store(true);
+    g_halting = false;
+    lock.unlock();
+    g_run_cv.notify_all();
   }
 
   const int delay_us_;
@@ -402,8 +438,11 @@ void emulated_gate_encodes(uint64_t allow) {
 uint64_t emulated_setup_calls() { return g_setup_calls.load(); }
 uint64_t emulated_sync_calls() { return g_sync_calls.load(); }
 uint64_t emulated_streams_created() { return g_streams_created.load(); }
+uint64_t emulated_data_ops_done() { return g_data_ops_done.load(); }
 
 void emulated_fault(uint64_t after, bool sticky) {
+  std::unique_lock<std::mutex> run_lock(g_run_mu);
+  g_run_cv.wait(run_lock, [] { return g_running == 0 && !g_halting; });  // a fault being raised finishes first
   if (g_faulted.load()) {  // a device reset: what the fault left on the streams never runs
     std::lock_guard<std::mutex> lock(g_streams_mu);
     for (EmuStream* s : g_streams) {

@@ -545,6 +545,19 @@ TEST_F(GpuPathPipeline, IncompressibleGoesRawAndCompressibleAsFrames) {
 
 // ---- issue 33, defects 3-5: shared streams, no synchronising call after init, regMr under traffic ----
 
+// regMr of every message's device buffers on both comms (the receive sizes without the guard).
+bool reserve_all(SendComm& send, RecvComm& recv, const std::vector<std::vector<uint8_t>>& msgs,
+                 const std::vector<std::vector<uint8_t>>& dst, const std::vector<void*>& sbuf,
+                 const std::vector<void*>& rbuf, size_t guard) {
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    if (send.reserve_device(sbuf[i], msgs[i].size()) != ncclSuccess ||
+        recv.reserve_device(rbuf[i], dst[i].size() - guard) != ncclSuccess) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // `comms` send/receive pairs, each registering device memory (regMr), moving `msgs` and closing; the
 // emulation's counters of streams created and of device-synchronising calls, from the first regMr to
 // the last close (the test's own buffers are made before and freed after).
@@ -575,12 +588,9 @@ CommsCounts many_comms(int comms, const std::vector<std::vector<uint8_t>>& msgs)
       wires.emplace_back(new Wire);
       sends.emplace_back(new SendComm(new FakeSend(wires.back().get()), dev));
       recvs.emplace_back(new RecvComm(new FakeRecv(wires.back().get()), dev));
-      for (size_t i = 0; i < msgs.size(); ++i) {
-        if (sends.back()->reserve_device(sbuf[i], msgs[i].size()) != ncclSuccess ||
-            recvs.back()->reserve_device(rbuf[i], dst[i].size() - kGuard) != ncclSuccess) {
-          c.error = "regMr failed";
-          return c;
-        }
+      if (!reserve_all(*sends.back(), *recvs.back(), msgs, dst, sbuf, rbuf, kGuard)) {
+        c.error = "regMr failed";
+        return c;
       }
     }
     for (int k = 0; k < comms && c.error.empty(); ++k) {
@@ -650,10 +660,7 @@ TEST_F(GpuPathPipeline, RegistrationWhileTrafficFlows) {
   dev.name = "fake";
   SendComm send(new FakeSend(&wire), dev);
   RecvComm recv(new FakeRecv(&wire), dev);
-  for (size_t i = 0; i < msgs.size(); ++i) {
-    ASSERT_EQ(send.reserve_device(sbuf[i], msgs[i].size()), ncclSuccess);
-    ASSERT_EQ(recv.reserve_device(rbuf[i], dst[i].size() - kGuard), ncclSuccess);
-  }
+  ASSERT_TRUE(reserve_all(send, recv, msgs, dst, sbuf, rbuf, kGuard));
   std::atomic<bool> stop{false};
   std::atomic<int> registrations{0};
   std::thread service([&] {
@@ -670,6 +677,68 @@ TEST_F(GpuPathPipeline, RegistrationWhileTrafficFlows) {
   service.join();
   EXPECT_EQ(out.error, "");
   EXPECT_GT(registrations.load(), 0);
+}
+
+// A comm closed with requests NCCL stopped waiting for (an error elsewhere, an abort) must not leave
+// device work behind that reads or writes its buffers: NCCL and the application free them once close
+// returns. Messages are posted on both sides, the receives are driven until the first completes (the
+// encodes, copies and decodes of the rest are queued or running on the shared streams), then both comms
+// close; no stream operation on a caller's buffer may run after that.
+TEST_F(GpuPathPipeline, CloseLeavesNoDeviceWorkOnItsBuffers) {
+  if (!gpu::emulation_settings().enabled) GTEST_SKIP() << "counts the emulation's stream operations";
+  set_logger(capture);
+  std::vector<std::vector<uint8_t>> msgs;
+  for (int i = 0; i < 16; ++i) msgs.push_back(make_data(DataKind::kBf16Gauss, (300 << 10) + i, 40 + i));
+  const size_t kGuard = 64;
+  std::vector<std::vector<uint8_t>> dst(msgs.size());
+  DeviceMem mem;
+  std::vector<void*> sbuf(msgs.size()), rbuf(msgs.size());
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    dst[i].assign(msgs[i].size() + kGuard, 0xA5);
+    sbuf[i] = mem.upload(msgs[i].data(), msgs[i].size());
+    rbuf[i] = mem.upload(dst[i].data(), dst[i].size());
+    ASSERT_TRUE(sbuf[i] && rbuf[i]);
+  }
+  uint64_t after_close = 0;
+  {
+    Wire wire;
+    DeviceInfo dev;
+    dev.name = "fake";
+    SendComm send(new FakeSend(&wire), dev);
+    RecvComm recv(new FakeRecv(&wire), dev);
+    ASSERT_TRUE(reserve_all(send, recv, msgs, dst, sbuf, rbuf, kGuard));
+    std::vector<void*> sreq(msgs.size()), rreq(msgs.size());
+    auto t0 = std::chrono::steady_clock::now();
+    bool first_done = false;  // then the pipeline is full: close now
+    for (size_t i = 0; i < msgs.size() && !first_done; ++i) {
+      while (!first_done && (!rreq[i] || !sreq[i])) {
+        ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+        if (!rreq[i]) {
+          ASSERT_EQ(recv.irecv(rbuf[i], dst[i].size() - kGuard, 0, true, false, &rreq[i]), ncclSuccess);
+        }
+        if (!sreq[i]) {
+          ASSERT_EQ(send.isend(sbuf[i], msgs[i].size(), 0, true, &sreq[i]), ncclSuccess);
+        }
+        for (size_t k = 0; k < i; ++k) {  // drives both sides, as NCCL's progress thread does
+          int done = 0;
+          size_t size = 0;
+          if (!sreq[k]) continue;
+          ASSERT_EQ(send.test(sreq[k], &done, &size), ncclSuccess);
+          if (done) sreq[k] = nullptr;
+        }
+        if (i) {
+          int done = 0;
+          size_t size = 0;
+          ASSERT_EQ(recv.test(rreq[0], &done, &size), ncclSuccess);
+          first_done = done != 0;
+        }
+      }
+    }
+    ASSERT_TRUE(first_done);
+  }  // close, with requests in flight
+  after_close = gpu::emulated_data_ops_done();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(gpu::emulated_data_ops_done(), after_close) << "device work on the buffers of closed comms ran after close";
 }
 
 // Registered with ZIPCCL_GPU_EMULATE_FAIL_EVERY: a failing device encode sends raw (the data still

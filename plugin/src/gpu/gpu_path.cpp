@@ -1,9 +1,12 @@
 // Selection of the device operations (ZIPCCL_GPU) and the per-comm Channel.
 #include "gpu/gpu_path.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "common/log.h"
 #include "common/settings.h"
@@ -134,9 +137,44 @@ ncclResult_t shared_streams(DeviceOps* ops, int dev, SharedStreams* out) {
   return ncclSuccess;
 }
 
+void Channel::drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dev_ < 0) return;
+  bool in_flight = false;
+  for (const Slot& s : slots_) {
+    for (const Region& r : s.buf) in_flight = in_flight || r.p;
+  }
+  if (!in_flight) return;
+  if (ops_->record(stream_, drain_events_[0]) != ncclSuccess ||
+      ops_->record(copy_stream_, drain_events_[1]) != ncclSuccess) {
+    return;  // the device failed (CUDA's errors from kernels are sticky): it runs nothing any more
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainLimitMs);
+  std::chrono::microseconds nap(10);
+  for (;;) {
+    bool a = false, b = false;
+    if (ops_->query(drain_events_[0], &a) != ncclSuccess || ops_->query(drain_events_[1], &b) != ncclSuccess) {
+      return;  // as above
+    }
+    if (a && b) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ZIPCCL_WARN("GPU path: a closing connection's device work is still running after %d ms; it may still "
+                  "read or write buffers that are about to be freed",
+                  kDrainLimitMs);
+      return;
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
 Channel::~Channel() {
   if (!ops_ || dev_ < 0) return;
+  drain();
   Retired r;
+  for (void* e : drain_events_) {
+    if (e) ops_->destroy_event(e);
+  }
   for (Slot& s : slots_) {
     if (s.event) ops_->destroy_event(s.event);  // a pending event is released when it completes
     for (void* e : s.seg_events) {
@@ -203,6 +241,8 @@ ncclResult_t Channel::reserve(int dev, size_t bytes, size_t segments, bool seg_e
     copy_stream_ = streams.copy;
     dev_ = dev;
     for (Slot& s : slots_) ZIPCCL_CHECK(ops_->create_event(stream_, &s.event));
+    ZIPCCL_CHECK(ops_->create_event(stream_, &drain_events_[0]));
+    ZIPCCL_CHECK(ops_->create_event(copy_stream_, &drain_events_[1]));
   }
   if (bytes > bytes_ || arenas_[0].empty()) {
     ZIPCCL_CHECK(ops_->reserve_workspace(stream_, bytes));

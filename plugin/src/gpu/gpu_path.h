@@ -231,6 +231,15 @@ class Channel {
   ncclResult_t buffer(int slot, Buf which, size_t n, void** p);
   // Returns the slot's regions (its request completed).
   void release(int slot);
+  // At close, before NCCL's and the user's buffers may be freed: waits until the device has run all
+  // this comm's work, when a request still holds staging (one NCCL stopped waiting for after an error
+  // or an abort; a completed request's work has all finished). Not a device-wide synchronisation:
+  // events recorded now on the two shared streams, polled; their wait covers other comms' earlier work
+  // there, which never waits on anything outside the streams (docs/notes/gpu.md). A device error ends
+  // the wait: after a sticky fault the device runs nothing. Returns at once when nothing is in flight;
+  // after kDrainLimitMs a WARN, and the work may still touch the buffers.
+  void drain();
+  static constexpr int kDrainLimitMs = 10000;
   // Each staging arena of kind `which` (fn(base, bytes)): pinned host staging is what device messages
   // are sent from and land in, device staging what they are encoded into. An arena lives as long as
   // the Channel (a larger reserve() adds one; older ones only drain).
@@ -273,6 +282,7 @@ class Channel {
   size_t segments_ = 0;  // most segments per message prepared for
   void* stream_ = nullptr;
   void* copy_stream_ = nullptr;
+  void* drain_events_[2] = {nullptr, nullptr};  // on stream_ and copy_stream_ (drain())
   int dev_ = -1;
 };
 
