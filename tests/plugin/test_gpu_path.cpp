@@ -741,6 +741,42 @@ TEST_F(GpuPathPipeline, CloseLeavesNoDeviceWorkOnItsBuffers) {
   EXPECT_EQ(gpu::emulated_data_ops_done(), after_close) << "device work on the buffers of closed comms ran after close";
 }
 
+// Defect 4's sizing: a user buffer registers its whole memory segment, and NCCL posts up to 1 GiB at
+// once from a registered buffer whatever maxP2pBytes says. A registration above
+// kMaxStagedRegistration is refused (NCCL then uses its own buffers for it) and allocates no staging.
+TEST_F(GpuPathPipeline, HugeRegistrationAllocatesNoStaging) {
+  set_logger(capture);
+  DeviceMem mem;
+  std::vector<uint8_t> b(4096, 1);
+  void* d = mem.upload(b.data(), b.size());
+  ASSERT_NE(d, nullptr);
+  auto staged = [](const gpu::Channel& ch) {
+    size_t total = 0;
+    for (auto k : {gpu::Channel::Buf::kHost, gpu::Channel::Buf::kDevice, gpu::Channel::Buf::kLand}) {
+      ch.for_each_arena(k, [&](void*, size_t n) { total += n; });
+    }
+    return total;
+  };
+  const size_t huge = size_t{6} << 30;  // a 6 GiB segment (ncclCommRegister of a caching allocator's block)
+  std::unique_ptr<gpu::Channel> ch;
+  EXPECT_EQ(gpu::Channel::reserve_for(&ch, 8, d, huge, 1, true), ncclInvalidUsage);
+  EXPECT_EQ(ch ? staged(*ch) : 0u, 0u);
+  EXPECT_EQ(gpu::Channel::reserve_for(&ch, 8, d, gpu::kMaxStagedRegistration + 1, 1, true), ncclInvalidUsage);
+  EXPECT_EQ(ch ? staged(*ch) : 0u, 0u);
+  // A registration of NCCL's own buffer size is staged, about twice per kind.
+  ASSERT_EQ(gpu::Channel::reserve_for(&ch, 8, d, 4 << 20, 1, true), ncclSuccess);
+  EXPECT_GE(staged(*ch), 3u * 2 * (4 << 20));
+  EXPECT_LE(staged(*ch), 3u * 2 * zipccl::codec::max_encoded_size((4 << 20) + 4096));
+  // Through the comms (regMr of device memory): refused on both sides.
+  Wire wire;
+  DeviceInfo dev;
+  dev.name = "fake";
+  SendComm send(new FakeSend(&wire), dev);
+  RecvComm recv(new FakeRecv(&wire), dev);
+  EXPECT_EQ(send.reserve_device(d, huge), ncclInvalidUsage);
+  EXPECT_EQ(recv.reserve_device(d, huge), ncclInvalidUsage);
+}
+
 // Registered with ZIPCCL_GPU_EMULATE_FAIL_EVERY: a failing device encode sends raw (the data still
 // arrives), a failing device decode is an error on the receive - never a hang.
 TEST(GpuPathFaults, FailingCodecIsAnErrorNotAHang) {

@@ -2,6 +2,7 @@
 #include "gpu/gpu_path.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -281,6 +282,15 @@ ncclResult_t Channel::reserve_for(std::unique_ptr<Channel>* ch, int slots, const
   if (dev < 0) {
     ZIPCCL_WARN("regMr: %p is registered as device memory but CUDA does not know it", data);
     return ncclInternalError;
+  }
+  if (bytes > kMaxStagedRegistration) {
+    // A WARN the first time (were it NCCL's own buffer, its connection fails), then INFO.
+    static std::atomic<bool> said{false};
+    ZIPCCL_LOG(said.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, NCCL_NET,
+               "regMr of %zu bytes of device memory at %p refused: the GPU path stages at most %zu bytes per "
+               "registration (NCCL moves a user buffer it could not register through its own buffers)",
+               bytes, data, kMaxStagedRegistration);
+    return ncclInvalidUsage;
   }
   if (!*ch) ch->reset(new Channel(ops, slots));
   return (*ch)->reserve(dev, bytes, segments, seg_events);

@@ -182,6 +182,15 @@ struct SharedStreams {
 };
 ncclResult_t shared_streams(DeviceOps* ops, int dev, SharedStreams* out);
 
+// The largest device registration the GPU path stages (arenas of about twice it per kind). NCCL posts
+// up to NCCL_MAX_NET_SIZE (1 GiB) at once from a registered user buffer whatever maxP2pBytes a plugin
+// advertises (NCCL only range-checks it), and a user buffer registers its whole memory segment
+// (ncclCommRegister, local and graph registration): gigabytes. A larger registration is refused; NCCL
+// then moves that buffer's data through its own buffers, which it registers at connect and which stay
+// far below this with NCCL's defaults (NCCL_BUFFSIZE 4 MiB per protocol; the shared p2p pool of
+// channels x 16 x NCCL_P2P_NET_CHUNKSIZE, 128 KiB, at most 128 MiB). docs/notes/gpu.md.
+constexpr size_t kMaxStagedRegistration = size_t{256} << 20;
+
 // Per-comm device state on the device's shared streams: per-slot staging, pinned results, events.
 // Everything that allocates or creates happens in reserve(), called at regMr of device memory, and is
 // stream-ordered (no call synchronises the device); the destructor (close) hands the memory back
@@ -216,6 +225,7 @@ class Channel {
   ncclResult_t reserve(int dev, size_t bytes, size_t segments, bool seg_events);
   // regMr of device memory at `data` for a comm of `slots` requests: creates *ch at the first one
   // (on the process's device operations; an error when the GPU path is off) and reserves.
+  // ncclInvalidUsage, with nothing allocated, for more than kMaxStagedRegistration bytes.
   static ncclResult_t reserve_for(std::unique_ptr<Channel>* ch, int slots, const void* data, size_t bytes,
                                   size_t segments, bool seg_events);
   bool reserved() const {

@@ -2,7 +2,6 @@
 // header, land raw payloads directly in NCCL's buffer and codec frames in staging, decode on the
 // worker pool, and report the uncompressed size.
 #include <algorithm>
-#include <climits>
 #include <thread>
 
 #include "common/log.h"
@@ -32,8 +31,6 @@ RecvComm::RecvComm(RecvConn* conn, const DeviceInfo& dev)
     reqs_[i].h.comm = this;
     free_.push_back(i);
   }
-  // What net.cpp advertises as maxP2pBytes/maxCollBytes: no message NCCL posts is larger.
-  max_message_ = dev.max_bytes && dev.max_bytes < INT_MAX ? dev.max_bytes : INT_MAX;
   if (gpu::DeviceOps* ops = gpu::device_ops()) gpu_.reset(new gpu::Channel(ops, static_cast<int>(reqs_.size())));
   stats_.direction = "recv";
   stats_.peer = dev.name;
@@ -152,7 +149,6 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
 }
 
 ncclResult_t RecvComm::reserve_device(void* data, size_t size) {
-  size = std::min(size, max_message_);  // as SendComm::reserve_device
   // A zipccl sender's segments other than the last are at least 4 KiB (effective_segment_bytes).
   ZIPCCL_CHECK(
       gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size, size / 4096 + 1, false));

@@ -1,7 +1,6 @@
 // Send side of the compressing layer: decide raw or compressed per message, encode on the worker
 // pool, and hand frames to the transport strictly in isend order.
 #include <algorithm>
-#include <climits>
 #include <mutex>
 #include <thread>
 
@@ -76,8 +75,6 @@ SendComm::SendComm(SendConn* conn, const DeviceInfo& dev)
     });
     segment_bytes_ = 0;
   }
-  // What net.cpp advertises as maxP2pBytes/maxCollBytes: no message NCCL posts is larger.
-  max_message_ = dev.max_bytes && dev.max_bytes < INT_MAX ? dev.max_bytes : INT_MAX;
   if (gpu::DeviceOps* ops = gpu::device_ops()) gpu_.reset(new gpu::Channel(ops, static_cast<int>(reqs_.size())));
   stats_.direction = "send";
   stats_.peer = dev.name;
@@ -276,9 +273,6 @@ void SendComm::finish_sample() {
 }
 
 ncclResult_t SendComm::reserve_device(void* data, size_t size) {
-  // A user buffer registers its whole segment (ncclCommRegister): staging follows the largest message
-  // NCCL may post from it, not the registration.
-  size = std::min(size, max_message_);
   ZIPCCL_CHECK(gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size,
                                          static_cast<size_t>(segment_count(size, segment_bytes_)), true));
   return staging_pins_.pin_new(registry_, *gpu_, true);
