@@ -71,8 +71,9 @@ std::atomic<bool> g_faulted{false};  // a sticky fault happened: the device is u
 // and finish under g_run_mu's count; a fault halts new starts, waits for the running ones to finish and
 // only then becomes visible (g_faulted); a device reset (emulated_fault) waits the same way. Without it a
 // stream thread could still be encoding from a buffer the caller freed after seeing the error.
-std::mutex g_run_mu;
-std::condition_variable g_run_cv;
+// Never destroyed: the shared streams' threads outlive static destruction at exit.
+std::mutex& g_run_mu = *new std::mutex;
+std::condition_variable& g_run_cv = *new std::condition_variable;
 int g_running = 0;      // guarded by g_run_mu: stream items executing now
 bool g_halting = false;  // guarded by g_run_mu: a fault is being raised: no item starts
 void setup_call() { g_setup_calls.fetch_add(1, std::memory_order_relaxed); }

@@ -88,6 +88,9 @@ struct Retired {
 struct DeviceStreams {
   SharedStreams streams;
   std::vector<Retired> retired;
+  // Memory of comms closed after the device failed: never freed (a faulted context frees nothing),
+  // kept reachable so that it reads as held, not as a leak.
+  std::vector<void*> lost;
 };
 std::mutex g_streams_mu;
 std::vector<std::unique_ptr<DeviceStreams>>* g_devices = new std::vector<std::unique_ptr<DeviceStreams>>;  // by ordinal
@@ -198,6 +201,10 @@ Channel::~Channel() {
       ops_->record(copy_stream_, r.copy_event) != ncclSuccess) {
     ZIPCCL_INFO(NCCL_NET, "GPU path: a closed connection's %zu staging blocks stay allocated (the device failed)",
                 r.blocks.size());
+    for (void* e : {r.codec_event, r.copy_event}) {
+      if (e) ops_->destroy_event(e);
+    }
+    d->lost.insert(d->lost.end(), r.blocks.begin(), r.blocks.end());
     return;
   }
   d->retired.push_back(std::move(r));
