@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -24,6 +25,8 @@
 #include <mutex>
 #include <new>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "common/log.h"
 #include "common/settings.h"
@@ -36,12 +39,18 @@ namespace {
 struct EmuStream {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::function<void()>> work;
-  uint64_t submitted = 0;            // guarded by mu (proxy thread only)
+  std::deque<std::pair<uint64_t, std::function<void()>>> work;  // (epoch, item)
+  uint64_t submitted = 0;            // guarded by mu
   std::atomic<uint64_t> completed{0};
+  uint64_t epoch = 0;                // guarded by mu: a device reset (emulated_fault) drops older work
   bool stop = false;
   std::thread thread;
 };
+
+// Every live stream: cudaFree/cudaFreeHost wait for all of them (device-wide synchronisation), and a
+// device reset (emulated_fault) drops their pending work.
+std::mutex g_streams_mu;
+std::vector<EmuStream*> g_streams;  // guarded by g_streams_mu
 
 // Test hooks (gpu_path.h): finished encodes and the gate on starting one.
 std::mutex g_gate_mu;
@@ -50,11 +59,29 @@ uint64_t g_encodes_done = 0;             // guarded by g_gate_mu
 uint64_t g_encode_allow = ~uint64_t{0};  // guarded by g_gate_mu
 
 std::atomic<uint64_t> g_setup_calls{0};
+std::atomic<uint64_t> g_sync_calls{0};
+std::atomic<uint64_t> g_streams_created{0};
+std::atomic<uint64_t> g_data_ops_done{0};
 // Fault injection: stream operations (encode, decode, copy, land) left before the fault; ~0: none.
 std::atomic<uint64_t> g_fault_after{~uint64_t{0}};
 std::atomic<bool> g_fault_sticky{true};
 std::atomic<bool> g_faulted{false};  // a sticky fault happened: the device is unusable
+// What a real device guarantees once it reports a sticky fault: the context is torn down, so no kernel
+// or copy of it is still running (and none starts) when any call returns the error. Stream items start
+// and finish under g_run_mu's count; a fault halts new starts, waits for the running ones to finish and
+// only then becomes visible (g_faulted); a device reset (emulated_fault) waits the same way. Without it a
+// stream thread could still be encoding from a buffer the caller freed after seeing the error.
+// Never destroyed: the shared streams' threads outlive static destruction at exit.
+std::mutex& g_run_mu = *new std::mutex;
+std::condition_variable& g_run_cv = *new std::condition_variable;
+int g_running = 0;      // guarded by g_run_mu: stream items executing now
+bool g_halting = false;  // guarded by g_run_mu: a fault is being raised: no item starts
 void setup_call() { g_setup_calls.fetch_add(1, std::memory_order_relaxed); }
+// A call that synchronises the device (CUDA's documented implicit synchronisation, emulated_sync_calls).
+void sync_call() {
+  setup_call();
+  g_sync_calls.fetch_add(1, std::memory_order_relaxed);
+}
 
 struct EmuEvent {
   EmuStream* stream;
@@ -68,7 +95,7 @@ class EmulatedOps final : public DeviceOps {
   int device_of(const void*) override { return 0; }
   ncclResult_t make_current(int) override { return sticky("cudaSetDevice"); }
   ncclResult_t prepare(int) override {
-    setup_call();
+    sync_call();  // module loads and cudaFuncSetAttribute: counted as synchronising
     return sticky("prepare_device");
   }
   ncclResult_t reserve_workspace(void*, size_t) override {
@@ -77,15 +104,24 @@ class EmulatedOps final : public DeviceOps {
   }
 
   ncclResult_t create_stream(int, void** stream) override {
-    setup_call();
+    setup_call();  // cudaStreamCreate: not in CUDA's implicit-synchronisation list
+    g_streams_created.fetch_add(1, std::memory_order_relaxed);
     auto* s = new EmuStream;
     s->thread = std::thread([s, this] { run(s); });
+    {
+      std::lock_guard<std::mutex> lock(g_streams_mu);
+      g_streams.push_back(s);
+    }
     *stream = s;
     return ncclSuccess;
   }
   void destroy_stream(void* stream) override {
-    setup_call();
+    sync_call();  // cudaStreamSynchronize + cudaFree (the GPU path's own no longer calls this)
     auto* s = static_cast<EmuStream*>(stream);
+    {
+      std::lock_guard<std::mutex> lock(g_streams_mu);
+      g_streams.erase(std::find(g_streams.begin(), g_streams.end(), s));
+    }
     {
       std::lock_guard<std::mutex> lock(s->mu);
       s->stop = true;
@@ -103,19 +139,26 @@ class EmulatedOps final : public DeviceOps {
     setup_call();
     delete static_cast<EmuEvent*>(event);
   }
+  // cudaMalloc, cudaFree, cudaHostAlloc, cudaFreeHost: each synchronises the device.
   ncclResult_t alloc_device(size_t n, void** p) override {
+    sync_call();
     ZIPCCL_CHECK(alloc(n, p));
     if (auto* f = device_memory_listener()) f(*p, (n + 255) / 256 * 256);
     return ncclSuccess;
   }
   void free_device(void* p) override {
-    setup_call();
+    sync_call();
+    synchronize_device();
     if (auto* f = device_memory_listener()) f(p, 0);
     std::free(p);
   }
-  ncclResult_t alloc_host(size_t n, void** p) override { return alloc(n, p); }
+  ncclResult_t alloc_host(size_t n, void** p) override {
+    sync_call();
+    return alloc(n, p);
+  }
   void free_host(void* p) override {
-    setup_call();
+    sync_call();
+    synchronize_device();
     std::free(p);
   }
   // The emulated dma-buf is a memfd as long as the exported range (host pages around [p, p + n)), so
@@ -136,6 +179,25 @@ class EmulatedOps final : public DeviceOps {
     *fd = f;
     *offset = a - base;
     return ncclSuccess;
+  }
+  // Stream-ordered (cudaMallocFromPoolAsync, cudaFreeAsync): no synchronisation; the free runs in the
+  // stream's order, after the work enqueued before it.
+  ncclResult_t alloc_device_async(void*, size_t n, void** p) override {
+    setup_call();
+    ZIPCCL_CHECK(alloc(n, p));
+    if (auto* f = device_memory_listener()) f(*p, (n + 255) / 256 * 256);
+    return ncclSuccess;
+  }
+  ncclResult_t alloc_host_async(void*, size_t n, void** p) override {
+    setup_call();
+    return alloc(n, p);
+  }
+  void free_async(void* stream, void* p) override {
+    setup_call();
+    submit(stream, [p] {
+      if (auto* f = device_memory_listener()) f(p, 0);  // a host block is unknown to it: ignored
+      std::free(p);
+    }, false);
   }
 
   ncclResult_t encode(void* stream, const void* src, size_t n, void* dst, size_t cap, codec::ElemType type,
@@ -247,7 +309,6 @@ class EmulatedOps final : public DeviceOps {
     return f;
   }
   static ncclResult_t alloc(size_t n, void** p) {
-    setup_call();
     ZIPCCL_CHECK(sticky("cudaMalloc"));
     *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
     if (!*p) {
@@ -265,11 +326,35 @@ class EmulatedOps final : public DeviceOps {
     out->status = static_cast<int32_t>(st);
     __atomic_store_n(&out->ready, 1u, __ATOMIC_RELEASE);
   }
-  void submit(void* stream, std::function<void()> fn) {
+  // What cudaFree does before freeing: waits until every stream has run what was enqueued before
+  // (not after a sticky fault: nothing runs any more).
+  static void synchronize_device() {
+    std::vector<std::pair<EmuStream*, uint64_t>> targets;
+    std::lock_guard<std::mutex> lock(g_streams_mu);  // no stream is destroyed meanwhile
+    for (EmuStream* s : g_streams) {
+      std::lock_guard<std::mutex> l(s->mu);
+      targets.emplace_back(s, s->submitted);
+    }
+    for (auto& t : targets) {
+      // Faulted: nothing runs any more (raise_fault), nothing to wait for.
+      while (!g_faulted.load() && t.first->completed.load() < t.second) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+  // `data`: an operation on the caller's buffers (encode, decode, copy, landing), counted by
+  // emulated_data_ops_done() when it has run; not a stream-ordered free.
+  void submit(void* stream, std::function<void()> fn, bool data = true) {
+    if (data) {
+      fn = [f = std::move(fn)] {
+        f();
+        g_data_ops_done.fetch_add(1, std::memory_order_relaxed);
+      };
+    }
     auto* s = static_cast<EmuStream*>(stream);
     {
       std::lock_guard<std::mutex> lock(s->mu);
-      s->work.push_back(std::move(fn));
+      s->work.emplace_back(s->epoch, std::move(fn));
       ++s->submitted;
     }
     s->cv.notify_one();
@@ -283,25 +368,52 @@ class EmulatedOps final : public DeviceOps {
     }
     return false;
   }
+  // A faulted device runs nothing and completes nothing (events stay pending) until a reset
+  // (emulated_fault) drops the old work: the streams are shared by every comm and outlive the fault.
   void run(EmuStream* s) {
     for (;;) {
       std::function<void()> fn;
+      uint64_t epoch = 0;
       {
         std::unique_lock<std::mutex> lock(s->mu);
         s->cv.wait(lock, [s] { return s->stop || !s->work.empty(); });
         if (s->work.empty()) return;
-        fn = std::move(s->work.front());
+        epoch = s->work.front().first;
+        fn = std::move(s->work.front().second);
         s->work.pop_front();
       }
       if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
-      if (faults_now()) {
-        g_faulted.store(true, std::memory_order_release);
-        return;  // this stream never completes anything again (its events stay pending)
+      if (faults_now()) {  // this item faults: it never runs
+        raise_fault();
+        continue;
       }
-      if (g_faulted.load(std::memory_order_acquire)) return;
+      {
+        std::lock_guard<std::mutex> lock(g_run_mu);
+        if (g_halting || g_faulted.load()) continue;  // the device is failing or failed
+        {
+          std::lock_guard<std::mutex> l(s->mu);
+          if (epoch != s->epoch) continue;  // enqueued before a reset (even if taken before it): dropped
+        }
+        ++g_running;
+      }
       fn();
-      s->completed.fetch_add(1, std::memory_order_release);
+      s->completed.fetch_add(1);
+      {
+        std::lock_guard<std::mutex> lock(g_run_mu);
+        --g_running;
+      }
+      g_run_cv.notify_all();
     }
+  }
+  // The sticky fault becomes visible only once no stream item runs (see g_run_mu).
+  static void raise_fault() {
+    std::unique_lock<std::mutex> lock(g_run_mu);
+    g_halting = true;
+    g_run_cv.wait(lock, [] { return g_running == 0; });
+    g_faulted.store(true);
+    g_halting = false;
+    lock.unlock();
+    g_run_cv.notify_all();
   }
 
   const int delay_us_;
@@ -325,8 +437,21 @@ void emulated_gate_encodes(uint64_t allow) {
 }
 
 uint64_t emulated_setup_calls() { return g_setup_calls.load(); }
+uint64_t emulated_sync_calls() { return g_sync_calls.load(); }
+uint64_t emulated_streams_created() { return g_streams_created.load(); }
+uint64_t emulated_data_ops_done() { return g_data_ops_done.load(); }
 
 void emulated_fault(uint64_t after, bool sticky) {
+  std::unique_lock<std::mutex> run_lock(g_run_mu);
+  g_run_cv.wait(run_lock, [] { return g_running == 0 && !g_halting; });  // a fault being raised finishes first
+  if (g_faulted.load()) {  // a device reset: what the fault left on the streams never runs
+    std::lock_guard<std::mutex> lock(g_streams_mu);
+    for (EmuStream* s : g_streams) {
+      std::lock_guard<std::mutex> l(s->mu);
+      ++s->epoch;
+      s->completed.store(s->submitted);
+    }
+  }
   g_faulted.store(false);
   g_fault_sticky.store(sticky);
   g_fault_after.store(after);

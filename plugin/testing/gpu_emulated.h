@@ -34,9 +34,19 @@ void emulated_gate_encodes(uint64_t allow);
 // streams, events, workspaces, prepare): the pipeline tests assert that none happens between regMr
 // and close.
 uint64_t emulated_setup_calls();
+// Of those, the calls that synchronise the device by CUDA's documented rules (cudaMalloc, cudaFree,
+// cudaHostAlloc, cudaFreeHost, cudaStreamSynchronize in destroy_stream, the module load of prepare);
+// not counted: stream and event creation/destruction, stream-ordered allocation and free.
+uint64_t emulated_sync_calls();
+// Streams ever created (create_stream), process-wide.
+uint64_t emulated_streams_created();
+// Stream operations on callers' buffers (encode, decode, copy, land_lines) that have run, process-wide:
+// a test sees work still running on the buffers of a comm that has closed.
+uint64_t emulated_data_ops_done();
 // After `after` more stream operations, the emulated device faults as a kernel with a bad address
 // does: the faulting and all later stream work never run (results are never published) and every
-// later call fails, like CUDA's sticky errors. `sticky` false: after `after` more encode/decode
+// later call fails, like CUDA's sticky errors. As on a device, the fault is reported (calls fail) only
+// once no stream operation is still running; a later call (the reset) waits for the same. `sticky` false: after `after` more encode/decode
 // launches, the next one fails at launch (not sticky). ~0 disarms.
 void emulated_fault(uint64_t after, bool sticky);
 

@@ -12,9 +12,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "plugin_data.h"
 #include "plugin_driver.h"
@@ -633,6 +636,82 @@ TEST(InnerStaging, ClosedWithADeviceReceivePostedKeepsItsStaging) {
   EXPECT_GT(st->live_regs, 0);  // what the receive connection left open
   EXPECT_EQ(api->finalize(), ncclSuccess);
   declare_device(nullptr, 0);
+}
+
+// Issue 33 defect 4, the inner transport's half: NCCL registers user buffers (regMr/deregMr) on its proxy
+// service thread while the progress thread's isend/irecv look the registrations of the same comm up
+// (Registrations::find on every posted buffer). A thread registers and deregisters buffers on both comms
+// while registered messages flow. Under TSan (tools/test.sh's TSan stage) a registration map not ordered
+// against the data path is a reported race; in every build each message arrives bit-exact.
+TEST(InnerRegistration, RegisterAndDeregisterWhileTrafficFlows) {
+  auto api = load_api(12);
+  ASSERT_TRUE(api);
+  ASSERT_EQ(api->init(), ncclSuccess);
+  void *sc = nullptr, *rc = nullptr, *lc = nullptr;
+  ASSERT_TRUE(make_pair(api.get(), &sc, &rc, &lc));
+  auto& net = api->net();
+  FakeState* st = fake_state();
+  ASSERT_NE(st, nullptr);
+  const int host_regs0 = __atomic_load_n(&st->regs_host, __ATOMIC_RELAXED);
+  const size_t n = 16 << 10;
+  std::vector<uint8_t> src = make_data(DataKind::kBf16Gauss, n, 12), dst(n);
+  void *smh = nullptr, *rmh = nullptr;
+  ASSERT_EQ(net.reg_mr(sc, src.data(), n, NCCL_PTR_HOST, &smh), ncclSuccess);
+  ASSERT_EQ(net.reg_mr(rc, dst.data(), n, NCCL_PTR_HOST, &rmh), ncclSuccess);
+  std::vector<std::vector<uint8_t>> user(8, std::vector<uint8_t>(4096));  // "user buffers"
+  std::atomic<bool> stop{false};
+  std::atomic<int> rounds{0}, failures{0};
+  std::thread service([&] {
+    while (!stop.load()) {
+      for (auto& b : user) {  // each registered on both comms, then released
+        void *a = nullptr, *c = nullptr;
+        if (net.reg_mr(sc, b.data(), b.size(), NCCL_PTR_HOST, &a) != ncclSuccess ||
+            net.reg_mr(rc, b.data(), b.size(), NCCL_PTR_HOST, &c) != ncclSuccess ||
+            net.dereg_mr(sc, a) != ncclSuccess || net.dereg_mr(rc, c) != ncclSuccess) {
+          failures.fetch_add(1);
+          return;
+        }
+      }
+      rounds.fetch_add(1);
+    }
+  });
+  auto t0 = Clock::now();
+  int messages = 0;
+  // At least 100 messages, and registration rounds before, between and after them.
+  for (; messages < 100 || rounds.load() < 20; ++messages) {
+    if (failures.load() || std::chrono::duration<double>(Clock::now() - t0).count() > 20.0) break;
+    std::fill(dst.begin(), dst.end(), 0);
+    void *rreq = nullptr, *sreq = nullptr;
+    while (!rreq) {
+      ASSERT_EQ(api->irecv(rc, dst.data(), n, 1, rmh, &rreq), ncclSuccess);
+    }
+    while (!sreq) {
+      ASSERT_EQ(api->isend(sc, src.data(), n, 1, smh, &sreq), ncclSuccess);
+    }
+    for (int rdone = 0, sdone = 0, got = 0, sent = 0; !rdone || !sdone;) {
+      if (!sdone) {
+        ASSERT_EQ(api->test(sreq, &sdone, &sent), ncclSuccess);
+      }
+      if (!rdone) {
+        ASSERT_EQ(api->test(rreq, &rdone, &got), ncclSuccess);
+      }
+      ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 30.0) << "message " << messages;
+    }
+    ASSERT_TRUE(src == dst) << "message " << messages;
+  }
+  stop.store(true);
+  service.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GE(messages, 100);
+  EXPECT_GE(rounds.load(), 20) << "registration rounds during " << messages << " messages";
+  // Each user buffer reached the inner on both comms in every round (the map changed under the traffic).
+  EXPECT_GE(__atomic_load_n(&st->regs_host, __ATOMIC_RELAXED) - host_regs0, 2 * 8 * rounds.load());
+  EXPECT_EQ(net.dereg_mr(sc, smh), ncclSuccess);
+  EXPECT_EQ(net.dereg_mr(rc, rmh), ncclSuccess);
+  EXPECT_EQ(api->close_send(sc), ncclSuccess);
+  EXPECT_EQ(api->close_recv(rc), ncclSuccess);
+  EXPECT_EQ(api->close_listen(lc), ncclSuccess);
+  EXPECT_EQ(api->finalize(), ncclSuccess);
 }
 
 // v7's irecv and test carry int sizes (converted by zipccl's adapters), v12's size_t.

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdarg>
@@ -17,9 +18,11 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "common/log.h"
@@ -538,6 +541,240 @@ TEST_F(GpuPathPipeline, IncompressibleGoesRawAndCompressibleAsFrames) {
   } else if (settings().compress == CompressMode::kAlways) {
     EXPECT_EQ(encoded, 6);  // the Gaussian half; the random half went raw after its device encode
   }
+}
+
+// ---- issue 33, defects 3-5: shared streams, no synchronising call after init, regMr under traffic ----
+
+// regMr of every message's device buffers on both comms (the receive sizes without the guard).
+bool reserve_all(SendComm& send, RecvComm& recv, const std::vector<std::vector<uint8_t>>& msgs,
+                 const std::vector<std::vector<uint8_t>>& dst, const std::vector<void*>& sbuf,
+                 const std::vector<void*>& rbuf, size_t guard) {
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    if (send.reserve_device(sbuf[i], msgs[i].size()) != ncclSuccess ||
+        recv.reserve_device(rbuf[i], dst[i].size() - guard) != ncclSuccess) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// `comms` send/receive pairs, each registering device memory (regMr), moving `msgs` and closing; the
+// emulation's counters of streams created and of device-synchronising calls, from the first regMr to
+// the last close (the test's own buffers are made before and freed after).
+struct CommsCounts {
+  std::string error;
+  uint64_t streams = 0, sync_calls = 0;
+};
+CommsCounts many_comms(int comms, const std::vector<std::vector<uint8_t>>& msgs) {
+  set_logger(capture);
+  CommsCounts c;
+  const size_t kGuard = 64;
+  DeviceMem mem;
+  std::vector<std::vector<uint8_t>> dst(msgs.size());
+  std::vector<void*> sbuf(msgs.size()), rbuf(msgs.size());
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    dst[i].assign(msgs[i].size() + 100 + kGuard, 0xA5);
+    sbuf[i] = mem.upload(msgs[i].data(), msgs[i].size());
+    rbuf[i] = mem.upload(dst[i].data(), dst[i].size());
+  }
+  const uint64_t streams0 = gpu::emulated_streams_created(), sync0 = gpu::emulated_sync_calls();
+  {
+    DeviceInfo dev;
+    dev.name = "fake";
+    std::vector<std::unique_ptr<Wire>> wires;
+    std::vector<std::unique_ptr<SendComm>> sends;
+    std::vector<std::unique_ptr<RecvComm>> recvs;
+    for (int k = 0; k < comms; ++k) {  // all open at once, as NCCL's channels are
+      wires.emplace_back(new Wire);
+      sends.emplace_back(new SendComm(new FakeSend(wires.back().get()), dev));
+      recvs.emplace_back(new RecvComm(new FakeRecv(wires.back().get()), dev));
+      if (!reserve_all(*sends.back(), *recvs.back(), msgs, dst, sbuf, rbuf, kGuard)) {
+        c.error = "regMr failed";
+        return c;
+      }
+    }
+    for (int k = 0; k < comms && c.error.empty(); ++k) {
+      for (auto& d : dst) std::fill(d.begin(), d.end(), 0xA5);
+      c.error = exchange(*sends[k], *recvs[k], mem, msgs, dst, sbuf, rbuf, 4, true, true, false, kGuard).error;
+    }
+  }  // close
+  c.streams = gpu::emulated_streams_created() - streams0;
+  c.sync_calls = gpu::emulated_sync_calls() - sync0;
+  return c;
+}
+
+class GpuPathShared : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (!gpu::emulation_settings().enabled) GTEST_SKIP() << "counts the emulation's calls";
+    if (gpu::emulation_settings().fail_every != 0) GTEST_SKIP() << "run without failure injection";
+  }
+};
+
+// Defect 3: every comm on a device shares kStreamsPerDevice streams, whatever the number of comms (the
+// per-comm streams made 2 per comm: 16 for 8 comms, 128 for 64).
+TEST_P(GpuPathShared, StreamsStayAtTheFixedNumber) {
+  const int comms = GetParam();
+  auto c = many_comms(comms, {make_data(DataKind::kBf16Gauss, 70000, 3), make_data(DataKind::kRandom, 5000, 4)});
+  ASSERT_EQ(c.error, "");
+  // The device's streams are made at the first registration in the process (this test or an earlier
+  // one), never again.
+  EXPECT_LE(c.streams, static_cast<uint64_t>(gpu::kStreamsPerDevice)) << "streams created for " << comms << " comms";
+}
+
+// Defect 5: after the device's init (its shared streams), nothing on NCCL's threads synchronises the
+// device: not regMr (stream-ordered staging), not the data path, not close (no cudaStreamSynchronize,
+// cudaFree or cudaFreeHost: memory returns to the pool after events recorded at close).
+TEST_P(GpuPathShared, NoSynchronisingCallAfterInit) {
+  gpu::SharedStreams s;
+  ASSERT_EQ(gpu::shared_streams(gpu::device_ops(), 0, &s), ncclSuccess);  // the init
+  auto c = many_comms(GetParam(), {make_data(DataKind::kBf16Gauss, 300000, 5), make_data(DataKind::kFp32Gauss, 4097, 6)});
+  ASSERT_EQ(c.error, "");
+  EXPECT_EQ(c.sync_calls, 0u) << "device-synchronising calls in regMr, traffic and close of " << GetParam()
+                              << " comms";
+}
+
+INSTANTIATE_TEST_SUITE_P(Comms, GpuPathShared, ::testing::Values(1, 8, 64));
+
+// Defect 4: NCCL registers user buffers (ncclCommRegister, local and graph registration) on its
+// service thread while the progress thread runs isend/irecv/test on the same comm. A thread registers
+// ever larger buffers (new arenas, more segments: new results and events) while traffic flows; TSan
+// reports a race on the Channel's state if registration is not ordered against the data path.
+TEST_F(GpuPathPipeline, RegistrationWhileTrafficFlows) {
+  set_logger(capture);
+  const size_t kGuard = 64;
+  auto msgs = mixed_messages(40, 9);
+  std::vector<std::vector<uint8_t>> dst(msgs.size());
+  DeviceMem mem;
+  std::vector<void*> sbuf(msgs.size()), rbuf(msgs.size());
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    dst[i].assign(msgs[i].size() + 100 + kGuard, 0xA5);
+    sbuf[i] = mem.upload(msgs[i].data(), msgs[i].size());
+    rbuf[i] = mem.upload(dst[i].data(), dst[i].size());
+  }
+  std::vector<uint8_t> big(8 << 20);
+  void* extra = mem.upload(big.data(), big.size());
+  ASSERT_NE(extra, nullptr);
+  Wire wire;
+  DeviceInfo dev;
+  dev.name = "fake";
+  SendComm send(new FakeSend(&wire), dev);
+  RecvComm recv(new FakeRecv(&wire), dev);
+  ASSERT_TRUE(reserve_all(send, recv, msgs, dst, sbuf, rbuf, kGuard));
+  std::atomic<bool> stop{false};
+  std::atomic<int> registrations{0};
+  std::thread service([&] {
+    size_t n = 4 << 20;
+    while (!stop.load() && n <= big.size()) {
+      if (send.reserve_device(extra, n) != ncclSuccess || recv.reserve_device(extra, n) != ncclSuccess) break;
+      registrations.fetch_add(1);
+      n += 256 << 10;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  Outcome out = exchange(send, recv, mem, msgs, dst, sbuf, rbuf, 8, true, true, false, kGuard);
+  stop.store(true);
+  service.join();
+  EXPECT_EQ(out.error, "");
+  EXPECT_GT(registrations.load(), 0);
+}
+
+// A comm closed with requests NCCL stopped waiting for (an error elsewhere, an abort) must not leave
+// device work behind that reads or writes its buffers: NCCL and the application free them once close
+// returns. Messages are posted on both sides, the receives are driven until the first completes (the
+// encodes, copies and decodes of the rest are queued or running on the shared streams), then both comms
+// close; no stream operation on a caller's buffer may run after that.
+TEST_F(GpuPathPipeline, CloseLeavesNoDeviceWorkOnItsBuffers) {
+  if (!gpu::emulation_settings().enabled) GTEST_SKIP() << "counts the emulation's stream operations";
+  set_logger(capture);
+  std::vector<std::vector<uint8_t>> msgs;
+  for (int i = 0; i < 16; ++i) msgs.push_back(make_data(DataKind::kBf16Gauss, (300 << 10) + i, 40 + i));
+  const size_t kGuard = 64;
+  std::vector<std::vector<uint8_t>> dst(msgs.size());
+  DeviceMem mem;
+  std::vector<void*> sbuf(msgs.size()), rbuf(msgs.size());
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    dst[i].assign(msgs[i].size() + kGuard, 0xA5);
+    sbuf[i] = mem.upload(msgs[i].data(), msgs[i].size());
+    rbuf[i] = mem.upload(dst[i].data(), dst[i].size());
+    ASSERT_TRUE(sbuf[i] && rbuf[i]);
+  }
+  uint64_t after_close = 0;
+  {
+    Wire wire;
+    DeviceInfo dev;
+    dev.name = "fake";
+    SendComm send(new FakeSend(&wire), dev);
+    RecvComm recv(new FakeRecv(&wire), dev);
+    ASSERT_TRUE(reserve_all(send, recv, msgs, dst, sbuf, rbuf, kGuard));
+    std::vector<void*> sreq(msgs.size()), rreq(msgs.size());
+    auto t0 = std::chrono::steady_clock::now();
+    bool first_done = false;  // then the pipeline is full: close now
+    for (size_t i = 0; i < msgs.size() && !first_done; ++i) {
+      while (!first_done && (!rreq[i] || !sreq[i])) {
+        ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+        if (!rreq[i]) {
+          ASSERT_EQ(recv.irecv(rbuf[i], dst[i].size() - kGuard, 0, true, false, &rreq[i]), ncclSuccess);
+        }
+        if (!sreq[i]) {
+          ASSERT_EQ(send.isend(sbuf[i], msgs[i].size(), 0, true, &sreq[i]), ncclSuccess);
+        }
+        for (size_t k = 0; k < i; ++k) {  // drives both sides, as NCCL's progress thread does
+          int done = 0;
+          size_t size = 0;
+          if (!sreq[k]) continue;
+          ASSERT_EQ(send.test(sreq[k], &done, &size), ncclSuccess);
+          if (done) sreq[k] = nullptr;
+        }
+        if (i) {
+          int done = 0;
+          size_t size = 0;
+          ASSERT_EQ(recv.test(rreq[0], &done, &size), ncclSuccess);
+          first_done = done != 0;
+        }
+      }
+    }
+    ASSERT_TRUE(first_done);
+  }  // close, with requests in flight
+  after_close = gpu::emulated_data_ops_done();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(gpu::emulated_data_ops_done(), after_close) << "device work on the buffers of closed comms ran after close";
+}
+
+// Defect 4's sizing: a user buffer registers its whole memory segment, and NCCL posts up to 1 GiB at
+// once from a registered buffer whatever maxP2pBytes says. A registration above
+// kMaxStagedRegistration is refused (NCCL then uses its own buffers for it) and allocates no staging.
+TEST_F(GpuPathPipeline, HugeRegistrationAllocatesNoStaging) {
+  set_logger(capture);
+  DeviceMem mem;
+  std::vector<uint8_t> b(4096, 1);
+  void* d = mem.upload(b.data(), b.size());
+  ASSERT_NE(d, nullptr);
+  auto staged = [](const gpu::Channel& ch) {
+    size_t total = 0;
+    for (auto k : {gpu::Channel::Buf::kHost, gpu::Channel::Buf::kDevice, gpu::Channel::Buf::kLand}) {
+      ch.for_each_arena(k, [&](void*, size_t n) { total += n; });
+    }
+    return total;
+  };
+  const size_t huge = size_t{6} << 30;  // a 6 GiB segment (ncclCommRegister of a caching allocator's block)
+  std::unique_ptr<gpu::Channel> ch;
+  EXPECT_EQ(gpu::Channel::reserve_for(&ch, 8, d, huge, 1, true), ncclInvalidUsage);
+  EXPECT_EQ(ch ? staged(*ch) : 0u, 0u);
+  EXPECT_EQ(gpu::Channel::reserve_for(&ch, 8, d, gpu::kMaxStagedRegistration + 1, 1, true), ncclInvalidUsage);
+  EXPECT_EQ(ch ? staged(*ch) : 0u, 0u);
+  // A registration of NCCL's own buffer size is staged, about twice per kind.
+  ASSERT_EQ(gpu::Channel::reserve_for(&ch, 8, d, 4 << 20, 1, true), ncclSuccess);
+  EXPECT_GE(staged(*ch), 3u * 2 * (4 << 20));
+  EXPECT_LE(staged(*ch), 3u * 2 * zipccl::codec::max_encoded_size((4 << 20) + 4096));
+  // Through the comms (regMr of device memory): refused on both sides.
+  Wire wire;
+  DeviceInfo dev;
+  dev.name = "fake";
+  SendComm send(new FakeSend(&wire), dev);
+  RecvComm recv(new FakeRecv(&wire), dev);
+  EXPECT_EQ(send.reserve_device(d, huge), ncclInvalidUsage);
+  EXPECT_EQ(recv.reserve_device(d, huge), ncclInvalidUsage);
 }
 
 // Registered with ZIPCCL_GPU_EMULATE_FAIL_EVERY: a failing device encode sends raw (the data still

@@ -359,7 +359,9 @@ ncclResult_t net_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, ui
     ncclResult_t res = s ? s->reserve_device(data, size) : r->reserve_device(data, size);
     if (res != ncclSuccess) {
       if (reg) reg->unpin(data);
-      ZIPCCL_WARN("regMr of %zu bytes of CUDA memory at %p: preparing the GPU path failed (see above)", size, data);
+      if (res != ncclInvalidUsage) {  // ncclInvalidUsage: refused as too large, said above
+        ZIPCCL_WARN("regMr of %zu bytes of CUDA memory at %p: preparing the GPU path failed (see above)", size, data);
+      }
       return res;
     }
   }

@@ -88,8 +88,55 @@ struct CudaStream {
   void* dec_ws = nullptr;
   size_t dec_ws_size = 0;
   cg::CodecResult* dev_results = nullptr;  // [0] encode, [1] decode (stream-ordered reuse)
-  std::vector<void*> retired;              // replaced workspaces, freed at destroy
+  // The stream is shared by every comm on the device: reserve_workspace (a service thread) replaces
+  // the workspaces while encode/decode (progress threads) launch with them.
+  std::mutex mu;
 };
+
+// Per device, created with its first stream (the path's init): pools for stream-ordered allocation of
+// device memory and of pinned host memory the device can access, so that regMr and close never call
+// cudaMalloc/cudaHostAlloc/cudaFree/cudaFreeHost (each synchronises the device). Freed memory stays
+// in the pools (release threshold: unlimited) for the next comm.
+struct DevicePools {
+  cudaMemPool_t device = nullptr;
+  cudaMemPool_t host = nullptr;
+};
+std::mutex g_pools_mu;
+std::vector<DevicePools>* g_pools = new std::vector<DevicePools>;  // by ordinal; process lifetime
+
+cudaError_t make_pool(int dev, bool host, cudaMemPool_t* pool) {
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = host ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+  props.location.id = host ? 0 : dev;
+  cudaError_t e = cudaMemPoolCreate(pool, &props);
+  if (e != cudaSuccess) return e;
+  uint64_t keep = ~uint64_t{0};
+  e = cudaMemPoolSetAttribute(*pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (e == cudaSuccess && host) {  // the codec writes its results and copies into host memory
+    cudaMemAccessDesc d{};
+    d.location.type = cudaMemLocationTypeDevice;
+    d.location.id = dev;
+    d.flags = cudaMemAccessFlagsProtReadWrite;
+    e = cudaMemPoolSetAccess(*pool, &d, 1);
+  }
+  return e;
+}
+
+cudaError_t pools_of(int dev, DevicePools* out) {
+  std::lock_guard<std::mutex> lock(g_pools_mu);
+  if (g_pools->size() <= static_cast<size_t>(dev)) g_pools->resize(static_cast<size_t>(dev) + 1);
+  DevicePools& p = (*g_pools)[static_cast<size_t>(dev)];
+  if (!p.device) {
+    DevicePools made;
+    cudaError_t e = make_pool(dev, false, &made.device);
+    if (e == cudaSuccess) e = make_pool(dev, true, &made.host);
+    if (e != cudaSuccess) return e;
+    p = made;
+  }
+  *out = p;
+  return cudaSuccess;
+}
 
 class CudaOps final : public DeviceOps {
  public:
@@ -125,8 +172,12 @@ class CudaOps final : public DeviceOps {
     ZIPCCL_CUDA_CHECK(cudaSetDevice(dev));
     auto* s = new CudaStream;
     s->dev = dev;
-    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaMalloc(&s->dev_results, 2 * sizeof(cg::CodecResult));
+    DevicePools pools;
+    cudaError_t e = pools_of(dev, &pools);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+      e = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&s->dev_results), 2 * sizeof(cg::CodecResult),
+                                  pools.device, s->stream);
     if (e == cudaSuccess) e = cudaMemsetAsync(s->dev_results, 0, 2 * sizeof(cg::CodecResult), s->stream);
     if (e != cudaSuccess) {
       ZIPCCL_WARN("creating the GPU path's stream on GPU %d failed: %s", dev, cudaGetErrorString(e));
@@ -140,11 +191,11 @@ class CudaOps final : public DeviceOps {
   void destroy_stream(void* stream) override {
     auto* s = static_cast<CudaStream*>(stream);
     cudaSetDevice(s->dev);
-    cudaStreamSynchronize(s->stream);  // close path only: the comm's buffers must be idle
-    for (void* p : s->retired) cudaFree(p);
-    cudaFree(s->enc_ws);
-    cudaFree(s->dec_ws);
-    cudaFree(s->dev_results);
+    // Tests only (the GPU path's streams live as long as the process).
+    if (s->enc_ws) cudaFreeAsync(s->enc_ws, s->stream);
+    if (s->dec_ws) cudaFreeAsync(s->dec_ws, s->stream);
+    cudaFreeAsync(s->dev_results, s->stream);
+    cudaStreamSynchronize(s->stream);
     cudaStreamDestroy(s->stream);
     delete s;
   }
@@ -197,8 +248,20 @@ class CudaOps final : public DeviceOps {
     *offset = a - base;
     return ncclSuccess;
   }
+  ncclResult_t alloc_device_async(void* stream, size_t n, void** p) override {
+    return pool_alloc(static_cast<CudaStream*>(stream), false, n, p);
+  }
+  // Pinned host memory from the device's host pool: accessible to the device at the same address (UVA),
+  // which is how encode/decode hand the codec its Result. The host touches it at once (result_clear,
+  // the transport): safe, since a block returns to the pool only after its last user's events
+  // completed (Channel::~Channel frees it then).
+  ncclResult_t alloc_host_async(void* stream, size_t n, void** p) override {
+    return pool_alloc(static_cast<CudaStream*>(stream), true, n, p);
+  }
+  void free_async(void* stream, void* p) override { cudaFreeAsync(p, static_cast<CudaStream*>(stream)->stream); }
   ncclResult_t reserve_workspace(void* stream, size_t bytes) override {
     auto* s = static_cast<CudaStream*>(stream);
+    std::lock_guard<std::mutex> lock(s->mu);
     ZIPCCL_CHECK(workspace(s, cg::encode_workspace_size(bytes), &s->enc_ws, &s->enc_ws_size));
     return workspace(s, cg::decode_workspace_size(1), &s->dec_ws, &s->dec_ws_size);
   }
@@ -206,8 +269,8 @@ class CudaOps final : public DeviceOps {
   ncclResult_t encode(void* stream, const void* src, size_t n, void* dst, size_t cap, codec::ElemType type,
                       int max_sms, Result* out) override {
     auto* s = static_cast<CudaStream*>(stream);
-    cg::CodecResult* host = nullptr;
-    ZIPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host), out, 0));
+    auto* host = reinterpret_cast<cg::CodecResult*>(out);  // pool memory: the same address on the device
+    std::lock_guard<std::mutex> lock(s->mu);
     cg::GpuEncodeOptions opt;
     opt.type = type;
     cudaError_t e = cudaSuccess;
@@ -217,8 +280,8 @@ class CudaOps final : public DeviceOps {
   ncclResult_t decode(void* stream, const void* src, size_t n, void* dst, size_t cap, int max_sms,
                       Result* out) override {
     auto* s = static_cast<CudaStream*>(stream);
-    cg::CodecResult* host = nullptr;
-    ZIPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host), out, 0));
+    auto* host = reinterpret_cast<cg::CodecResult*>(out);  // pool memory: the same address on the device
+    std::lock_guard<std::mutex> lock(s->mu);
     cudaError_t e = cudaSuccess;
     return launched("decode_async", cg::decode_async(src, n, dst, cap, s->dev_results + 1, host, s->dec_ws,
                                                      s->dec_ws_size, launch(s, max_sms, &e)), e);
@@ -256,6 +319,12 @@ class CudaOps final : public DeviceOps {
   int max_sms_ = 16;
 
  private:
+  static ncclResult_t pool_alloc(CudaStream* s, bool host, size_t n, void** p) {
+    DevicePools pools;
+    ZIPCCL_CUDA_CHECK(pools_of(s->dev, &pools));
+    ZIPCCL_CUDA_CHECK(cudaMallocFromPoolAsync(p, n, host ? pools.host : pools.device, s->stream));
+    return ncclSuccess;
+  }
   static cg::LaunchOptions launch(CudaStream* s, int max_sms, cudaError_t* e) {
     cg::LaunchOptions l;
     l.stream = s->stream;
@@ -269,22 +338,24 @@ class CudaOps final : public DeviceOps {
     ZIPCCL_WARN("GPU %s could not be launched: %s", what, cg::gpu_status_string(st));
     return ncclInternalError;
   }
-  // Grow-only workspace, sized at regMr (reserve_workspace); the old one stays allocated until the
-  // stream is destroyed (a cudaFree would wait for the device). encode/decode never call this: a
-  // message larger than the registration fails with kWorkspaceTooSmall.
+  // Grow-only workspace, sized at regMr (reserve_workspace), stream-ordered: work enqueued before uses
+  // the old one, which returns to the pool after it (cudaFreeAsync). encode/decode never call this: a
+  // message larger than the registration fails with kWorkspaceTooSmall. Caller holds s->mu.
   static ncclResult_t workspace(CudaStream* s, size_t need, void** ws, size_t* size) {
     if (*ws && *size >= need) return ncclSuccess;
     size_t want = need < (1u << 20) ? (1u << 20) : need;
+    DevicePools pools;
+    ZIPCCL_CUDA_CHECK(pools_of(s->dev, &pools));
     void* p = nullptr;
-    ZIPCCL_CUDA_CHECK(cudaMalloc(&p, want));
+    ZIPCCL_CUDA_CHECK(cudaMallocFromPoolAsync(&p, want, pools.device, s->stream));
     cg::LaunchOptions l;
     l.stream = s->stream;
     if (cg::init_workspace(p, want, l) != cg::GpuStatus::kOk) {
-      cudaFree(p);
+      cudaFreeAsync(p, s->stream);
       ZIPCCL_WARN("clearing a %zu-byte codec workspace failed", want);
       return ncclUnhandledCudaError;
     }
-    if (*ws) s->retired.push_back(*ws);
+    if (*ws) cudaFreeAsync(*ws, s->stream);
     *ws = p;
     *size = want;
     return ncclSuccess;

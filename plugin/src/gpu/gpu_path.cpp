@@ -1,9 +1,13 @@
 // Selection of the device operations (ZIPCCL_GPU) and the per-comm Channel.
 #include "gpu/gpu_path.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "common/log.h"
 #include "common/settings.h"
@@ -58,7 +62,12 @@ DeviceOps* device_ops() {
       ops = cuda_ops();
       if (!ops && mode == GpuMode::kOn) ZIPCCL_WARN("ZIPCCL_GPU=on, but no usable CUDA device: host buffers only");
     }
-    ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: %s", ops ? ops->name() : "off (host buffers only)");
+    if (ops) {
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: %s, %d streams per GPU shared by every connection", ops->name(),
+                  kStreamsPerDevice);
+    } else {
+      ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: off (host buffers only)");
+    }
   });
   return ops;
 }
@@ -68,33 +77,142 @@ constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
+namespace {
+// Per device: the shared streams (created once, never destroyed) and the memory of closed comms,
+// freed on the codec stream once both streams have passed events recorded at the close.
+struct Retired {
+  void* codec_event = nullptr;
+  void* copy_event = nullptr;
+  std::vector<void*> blocks;
+};
+struct DeviceStreams {
+  SharedStreams streams;
+  std::vector<Retired> retired;
+  // Memory of comms closed after the device failed: never freed (a faulted context frees nothing),
+  // kept reachable so that it reads as held, not as a leak.
+  std::vector<void*> lost;
+};
+std::mutex g_streams_mu;
+std::vector<std::unique_ptr<DeviceStreams>>* g_devices = new std::vector<std::unique_ptr<DeviceStreams>>;  // by ordinal
+
+// Frees what closed comms left once the device is done with it. Caller holds g_streams_mu.
+void sweep(DeviceOps* ops, DeviceStreams* d) {
+  for (size_t i = 0; i < d->retired.size();) {
+    Retired& r = d->retired[i];
+    bool a = false, b = false;
+    if (ops->query(r.codec_event, &a) != ncclSuccess || ops->query(r.copy_event, &b) != ncclSuccess || !a || !b) {
+      ++i;  // not yet (or a faulted device: left allocated)
+      continue;
+    }
+    for (void* p : r.blocks) ops->free_async(d->streams.codec, p);
+    ops->destroy_event(r.codec_event);
+    ops->destroy_event(r.copy_event);
+    d->retired.erase(d->retired.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
+DeviceStreams* device_streams(int dev) {
+  if (dev < 0) return nullptr;
+  if (g_devices->size() <= static_cast<size_t>(dev)) g_devices->resize(static_cast<size_t>(dev) + 1);
+  auto& d = (*g_devices)[static_cast<size_t>(dev)];
+  if (!d) d.reset(new DeviceStreams);
+  return d.get();
+}
+}  // namespace
+
+ncclResult_t shared_streams(DeviceOps* ops, int dev, SharedStreams* out) {
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  DeviceStreams* d = device_streams(dev);
+  if (!d) return ncclInternalError;
+  if (!d->streams.codec) {
+    // The path's init on this device: module load and the streams, once per process.
+    ZIPCCL_CHECK(ops->make_current(dev));
+    ZIPCCL_CHECK(ops->prepare(dev));
+    SharedStreams s;
+    ZIPCCL_CHECK(ops->create_stream(dev, &s.codec));
+    if (ops->create_stream(dev, &s.copy) != ncclSuccess) {
+      ops->destroy_stream(s.codec);
+      return ncclUnhandledCudaError;
+    }
+    d->streams = s;
+  }
+  sweep(ops, d);
+  *out = d->streams;
+  return ncclSuccess;
+}
+
+void Channel::drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dev_ < 0) return;
+  bool in_flight = false;
+  for (const Slot& s : slots_) {
+    for (const Region& r : s.buf) in_flight = in_flight || r.p;
+  }
+  if (!in_flight) return;
+  if (ops_->record(stream_, drain_events_[0]) != ncclSuccess ||
+      ops_->record(copy_stream_, drain_events_[1]) != ncclSuccess) {
+    return;  // the device failed (CUDA's errors from kernels are sticky): it runs nothing any more
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainLimitMs);
+  std::chrono::microseconds nap(10);
+  for (;;) {
+    bool a = false, b = false;
+    if (ops_->query(drain_events_[0], &a) != ncclSuccess || ops_->query(drain_events_[1], &b) != ncclSuccess) {
+      return;  // as above
+    }
+    if (a && b) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ZIPCCL_WARN("GPU path: a closing connection's device work is still running after %d ms; it may still "
+                  "read or write buffers that are about to be freed",
+                  kDrainLimitMs);
+      return;
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
 Channel::~Channel() {
-  if (!ops_) return;
-  if (stream_) ops_->destroy_stream(stream_);  // waits for in-flight work on this comm's buffers
-  if (copy_stream_) ops_->destroy_stream(copy_stream_);
+  if (!ops_ || dev_ < 0) return;
+  drain();
+  Retired r;
+  for (void* e : drain_events_) {
+    if (e) ops_->destroy_event(e);
+  }
   for (Slot& s : slots_) {
-    if (s.event) ops_->destroy_event(s.event);
+    if (s.event) ops_->destroy_event(s.event);  // a pending event is released when it completes
     for (void* e : s.seg_events) {
       if (e) ops_->destroy_event(e);
     }
-    if (s.results) ops_->free_host(s.results);
+    if (s.results) r.blocks.push_back(s.results);
   }
-  for (Result* r : retired_results_) ops_->free_host(r);
-  for (int k = 0; k < 3; ++k) {
-    for (auto& a : arenas_[k]) free_arena(k, a.get());
+  for (Result* p : retired_results_) r.blocks.push_back(p);
+  for (auto& list : arenas_) {
+    for (auto& a : list) {
+      if (a->base) r.blocks.push_back(a->base);
+    }
   }
-}
-
-void Channel::free_arena(int kind, Arena* a) {
-  if (!a->base) return;
-  if (kind == 0)
-    ops_->free_host(a->base);
-  else
-    ops_->free_device(a->base);
-  a->base = nullptr;
+  // The comm's work may still run on both streams (a request NCCL stopped waiting for): its memory is
+  // freed only after both have passed this point.
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  DeviceStreams* d = device_streams(dev_);
+  if (ops_->create_event(stream_, &r.codec_event) != ncclSuccess ||
+      ops_->create_event(copy_stream_, &r.copy_event) != ncclSuccess || ops_->record(stream_, r.codec_event) != ncclSuccess ||
+      ops_->record(copy_stream_, r.copy_event) != ncclSuccess) {
+    ZIPCCL_INFO(NCCL_NET, "GPU path: a closed connection's %zu staging blocks stay allocated (the device failed)",
+                r.blocks.size());
+    for (void* e : {r.codec_event, r.copy_event}) {
+      if (e) ops_->destroy_event(e);
+    }
+    d->lost.insert(d->lost.end(), r.blocks.begin(), r.blocks.end());
+    return;
+  }
+  d->retired.push_back(std::move(r));
+  sweep(ops_, d);
 }
 
 ncclResult_t Channel::bind(int dev) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (dev != dev_) {
     ZIPCCL_WARN("device buffer on GPU %d for a connection %s", dev,
                 dev_ < 0 ? "whose device memory was never registered (regMr)" : "bound to another GPU");
@@ -109,7 +227,7 @@ ncclResult_t Channel::grow(int kind, size_t cap) {
   if (!arenas_[kind].empty() && arenas_[kind].back()->cap >= cap) return ncclSuccess;
   std::unique_ptr<Arena> a(new Arena);
   void* p = nullptr;
-  ZIPCCL_CHECK(kind == 0 ? ops_->alloc_host(cap, &p) : ops_->alloc_device(cap, &p));
+  ZIPCCL_CHECK(kind == 0 ? ops_->alloc_host_async(stream_, cap, &p) : ops_->alloc_device_async(stream_, cap, &p));
   a->base = static_cast<char*>(p);
   a->cap = cap;
   arenas_[kind].push_back(std::move(a));
@@ -117,6 +235,9 @@ ncclResult_t Channel::grow(int kind, size_t cap) {
 }
 
 ncclResult_t Channel::reserve(int dev, size_t bytes, size_t segments, bool seg_events) {
+  SharedStreams streams;
+  ZIPCCL_CHECK(shared_streams(ops_, dev, &streams));  // outside mu_: may take the device's init
+  std::lock_guard<std::mutex> lock(mu_);
   if (dev_ >= 0 && dev != dev_) {
     ZIPCCL_WARN("regMr of device memory on GPU %d for a connection bound to GPU %d", dev, dev_);
     return ncclInternalError;
@@ -124,11 +245,12 @@ ncclResult_t Channel::reserve(int dev, size_t bytes, size_t segments, bool seg_e
   if (segments < 1) segments = 1;
   ZIPCCL_CHECK(ops_->make_current(dev));
   if (dev_ < 0) {
-    ZIPCCL_CHECK(ops_->prepare(dev));
-    ZIPCCL_CHECK(ops_->create_stream(dev, &stream_));
-    ZIPCCL_CHECK(ops_->create_stream(dev, &copy_stream_));
+    stream_ = streams.codec;
+    copy_stream_ = streams.copy;
     dev_ = dev;
     for (Slot& s : slots_) ZIPCCL_CHECK(ops_->create_event(stream_, &s.event));
+    ZIPCCL_CHECK(ops_->create_event(stream_, &drain_events_[0]));
+    ZIPCCL_CHECK(ops_->create_event(copy_stream_, &drain_events_[1]));
   }
   if (bytes > bytes_ || arenas_[0].empty()) {
     ZIPCCL_CHECK(ops_->reserve_workspace(stream_, bytes));
@@ -141,7 +263,7 @@ ncclResult_t Channel::reserve(int dev, size_t bytes, size_t segments, bool seg_e
   if (segments > segments_) {
     for (Slot& s : slots_) {
       void* p = nullptr;
-      ZIPCCL_CHECK(ops_->alloc_host(sizeof(Result) * segments, &p));
+      ZIPCCL_CHECK(ops_->alloc_host_async(stream_, sizeof(Result) * segments, &p));
       if (s.results) retired_results_.push_back(s.results);  // a request in flight may still use them
       s.results = static_cast<Result*>(p);
       for (size_t i = 0; i < segments; ++i) result_clear(s.results + i);
@@ -168,11 +290,21 @@ ncclResult_t Channel::reserve_for(std::unique_ptr<Channel>* ch, int slots, const
     ZIPCCL_WARN("regMr: %p is registered as device memory but CUDA does not know it", data);
     return ncclInternalError;
   }
+  if (bytes > kMaxStagedRegistration) {
+    // A WARN the first time (were it NCCL's own buffer, its connection fails), then INFO.
+    static std::atomic<bool> said{false};
+    ZIPCCL_LOG(said.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, NCCL_NET,
+               "regMr of %zu bytes of device memory at %p refused: the GPU path stages at most %zu bytes per "
+               "registration (NCCL moves a user buffer it could not register through its own buffers)",
+               bytes, data, kMaxStagedRegistration);
+    return ncclInvalidUsage;
+  }
   if (!*ch) ch->reset(new Channel(ops, slots));
   return (*ch)->reserve(dev, bytes, segments, seg_events);
 }
 
 ncclResult_t Channel::buffer(int slot, Buf which, size_t n, void** p) {
+  std::lock_guard<std::mutex> lock(mu_);
   *p = nullptr;
   Region& r = slots_[static_cast<size_t>(slot)].buf[static_cast<int>(which)];
   if (r.p && r.size >= n) {
@@ -205,6 +337,7 @@ ncclResult_t Channel::buffer(int slot, Buf which, size_t n, void** p) {
 }
 
 void Channel::release(int slot) {
+  std::lock_guard<std::mutex> lock(mu_);
   for (Region& r : slots_[static_cast<size_t>(slot)].buf) {
     if (!r.p) continue;
     if (--r.arena->live == 0) r.arena->head = 0;
@@ -213,14 +346,17 @@ void Channel::release(int slot) {
 }
 
 ncclResult_t Channel::record(int slot) {
+  std::lock_guard<std::mutex> lock(mu_);
   return ops_->record(stream_, slots_[static_cast<size_t>(slot)].event);
 }
 
 ncclResult_t Channel::query(int slot, bool* done) {
+  std::lock_guard<std::mutex> lock(mu_);
   return ops_->query(slots_[static_cast<size_t>(slot)].event, done);
 }
 
 ncclResult_t Channel::seg_result(int slot, size_t j, Result** r) {
+  std::lock_guard<std::mutex> lock(mu_);
   Slot& s = slots_[static_cast<size_t>(slot)];
   if (j >= segments_) {
     ZIPCCL_WARN("segment %zu of a device message: its registration prepared %zu", j, segments_);
@@ -231,6 +367,7 @@ ncclResult_t Channel::seg_result(int slot, size_t j, Result** r) {
 }
 
 ncclResult_t Channel::seg_record(int slot, size_t j) {
+  std::lock_guard<std::mutex> lock(mu_);
   Slot& s = slots_[static_cast<size_t>(slot)];
   if (j >= s.seg_events.size()) {
     ZIPCCL_WARN("segment %zu of a device message: its registration prepared %zu", j, segments_);
@@ -240,6 +377,7 @@ ncclResult_t Channel::seg_record(int slot, size_t j) {
 }
 
 ncclResult_t Channel::seg_query(int slot, size_t j, bool* done) {
+  std::lock_guard<std::mutex> lock(mu_);
   return ops_->query(slots_[static_cast<size_t>(slot)].seg_events[j], done);
 }
 

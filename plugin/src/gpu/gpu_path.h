@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "nccl/net_common.h"
@@ -52,21 +53,18 @@ class DeviceOps {
   // Makes `dev` current on the calling thread.
   virtual ncclResult_t make_current(int dev) = 0;
 
-  // ---- setup and teardown: may synchronise the device or load modules, so they run only at regMr
-  // (Channel::reserve) and at close, never between a comm's first isend/irecv and its close ----
+  // ---- setup: may synchronise the device or load modules, so they run only once per device and
+  // process (the shared streams' creation, shared_streams() below), or in tests ----
   // Loads and configures every kernel of the GPU path on `dev` (CUDA loads modules lazily, and a
   // module load while NCCL's kernel spins on the proxy thread can deadlock). Idempotent.
   virtual ncclResult_t prepare(int dev) = 0;
   // A non-blocking stream on `dev` (made current first).
   virtual ncclResult_t create_stream(int dev, void** stream) = 0;
-  // Waits for the stream's work (comm close only), frees it and its workspaces.
+  // Waits for the stream's work, frees it and its workspaces (tests only: the GPU path's streams live
+  // as long as the process).
   virtual void destroy_stream(void* stream) = 0;
-  // The stream's codec workspaces, sized for messages of up to `bytes`: encode()/decode() never
-  // allocate, and fail on a larger message.
-  virtual ncclResult_t reserve_workspace(void* stream, size_t bytes) = 0;
-  virtual ncclResult_t create_event(void* stream, void** event) = 0;
-  virtual void destroy_event(void* event) = 0;
-  // Device memory on the current device, and pinned host memory the device can write (mapped).
+  // Device memory on the current device, and pinned host memory the device can write (mapped): both
+  // synchronise the device (cudaMalloc, cudaFree, cudaHostAlloc, cudaFreeHost); tests only.
   virtual ncclResult_t alloc_device(size_t n, void** p) = 0;
   virtual void free_device(void* p) = 0;
   virtual ncclResult_t alloc_host(size_t n, void** p) = 0;
@@ -81,6 +79,21 @@ class DeviceOps {
     *offset = 0;
     return ncclInvalidUsage;
   }
+
+  // ---- at regMr and close, on NCCL's service thread while kernels run: none synchronises ----
+  // The stream's codec workspaces, sized for messages of up to `bytes` (grow-only, stream-ordered):
+  // encode()/decode() never allocate, and fail on a larger message. Thread-safe against encode/decode
+  // on the same stream from other threads (the streams are shared by every comm on the device).
+  virtual ncclResult_t reserve_workspace(void* stream, size_t bytes) = 0;
+  // cudaEventCreate/Destroy: neither synchronises (a pending event is released when it completes).
+  virtual ncclResult_t create_event(void* stream, void** event) = 0;
+  virtual void destroy_event(void* event) = 0;
+  // Stream-ordered allocation on `stream`'s device (cudaMallocFromPoolAsync from the process's pool of
+  // device memory, or of pinned host memory the device can read and write), and the stream-ordered
+  // free (cudaFreeAsync): the memory returns to the pool after the stream's earlier work.
+  virtual ncclResult_t alloc_device_async(void* stream, size_t n, void** p) = 0;
+  virtual ncclResult_t alloc_host_async(void* stream, size_t n, void** p) = 0;
+  virtual void free_async(void* stream, void* p) = 0;
 
   // ---- enqueued on `stream`, return immediately ----
   // One codec frame of src[0, n) into dst (cap >= max_encoded_size(n)); *host_result (pinned) becomes
@@ -156,26 +169,55 @@ void line_order(size_t n, Fn&& fn) {
   }
 }
 
-// Per-comm device state: the stream (codec work, receive copies), a second stream for send-side D2H
-// copies (so a segment's copy never waits behind encodes enqueued after it), and staging. Everything
-// that allocates, creates or loads happens in reserve(), called at regMr of device memory; the data
-// path only takes regions of the staging arenas and polls.
+// The GPU path's streams: kStreamsPerDevice per device and process, shared by every comm on that
+// device whatever the number of comms (a codec stream: encodes, receive copies, decodes, landing; and a
+// copy stream: send-side D2H). Created with the kernels' module load at the first registration of
+// device memory on the device (the path's init), never destroyed. Few streams, so that the path takes
+// few of the CUDA_DEVICE_MAX_CONNECTIONS hardware queues (docs/notes/gpu.md, "Streams and hardware
+// queues"). Thread-safe.
+constexpr int kStreamsPerDevice = 2;
+struct SharedStreams {
+  void* codec = nullptr;
+  void* copy = nullptr;
+};
+ncclResult_t shared_streams(DeviceOps* ops, int dev, SharedStreams* out);
+
+// The largest device registration the GPU path stages (arenas of about twice it per kind). NCCL posts
+// up to NCCL_MAX_NET_SIZE (1 GiB) at once from a registered user buffer whatever maxP2pBytes a plugin
+// advertises (NCCL only range-checks it), and a user buffer registers its whole memory segment
+// (ncclCommRegister, local and graph registration): gigabytes. A larger registration is refused; NCCL
+// then moves that buffer's data through its own buffers, which it registers at connect and which stay
+// far below this with NCCL's defaults (NCCL_BUFFSIZE 4 MiB per protocol; the shared p2p pool of
+// channels x 16 x NCCL_P2P_NET_CHUNKSIZE, 128 KiB, at most 128 MiB). docs/notes/gpu.md.
+constexpr size_t kMaxStagedRegistration = size_t{256} << 20;
+
+// Per-comm device state on the device's shared streams: per-slot staging, pinned results, events.
+// Everything that allocates or creates happens in reserve(), called at regMr of device memory, and is
+// stream-ordered (no call synchronises the device); the destructor (close) hands the memory back
+// without waiting: it is freed on the codec stream once events recorded on both streams at close
+// have completed (a later reserve() or close sweeps). The data path only takes regions of the
+// staging arenas and polls.
 //
-// Staging: one arena per kind (pinned host, device, landing), each a bump allocator that restarts
-// when no request holds a region. A request takes its regions when it starts and returns them when
-// it completes; a start that finds its arena full returns "try later" (isend/irecv hand NCCL no
-// request, and NCCL retries), so memory stays bounded and no allocation happens mid-run.
+// reserve() may run on NCCL's service thread (ncclCommRegister, local and graph registration) while
+// the data path runs on the progress thread: one mutex per Channel orders them (uncontended on the
+// data path but for a registration).
 class Channel {
  public:
   Channel(DeviceOps* ops, int slots) : ops_(ops), slots_(static_cast<size_t>(slots)) {}
+  // No device work is waited for: see the class comment.
   ~Channel();
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
 
   DeviceOps* ops() const { return ops_; }
-  void* stream() const { return stream_; }
-  void* copy_stream() const { return copy_stream_; }
-  int device() const { return dev_; }
+  void* stream() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stream_;
+  }
+  void* copy_stream() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return copy_stream_;
+  }
   // Prepares this comm for device messages of up to `bytes` on `dev` (regMr of a `bytes` buffer):
   // binds to the device (streams; later registrations must be on it), loads the kernels, sizes the
   // codec workspaces and the arenas, and creates the results of `segments` per message and, for a
@@ -183,9 +225,13 @@ class Channel {
   ncclResult_t reserve(int dev, size_t bytes, size_t segments, bool seg_events);
   // regMr of device memory at `data` for a comm of `slots` requests: creates *ch at the first one
   // (on the process's device operations; an error when the GPU path is off) and reserves.
+  // ncclInvalidUsage, with nothing allocated, for more than kMaxStagedRegistration bytes.
   static ncclResult_t reserve_for(std::unique_ptr<Channel>* ch, int slots, const void* data, size_t bytes,
                                   size_t segments, bool seg_events);
-  bool reserved() const { return dev_ >= 0; }
+  bool reserved() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dev_ >= 0;
+  }
   // Makes the bound device current on the calling thread, checking that `dev` is it.
   ncclResult_t bind(int dev);
   enum class Buf { kHost, kDevice, kLand };
@@ -195,11 +241,21 @@ class Channel {
   ncclResult_t buffer(int slot, Buf which, size_t n, void** p);
   // Returns the slot's regions (its request completed).
   void release(int slot);
+  // At close, before NCCL's and the user's buffers may be freed: waits until the device has run all
+  // this comm's work, when a request still holds staging (one NCCL stopped waiting for after an error
+  // or an abort; a completed request's work has all finished). Not a device-wide synchronisation:
+  // events recorded now on the two shared streams, polled; their wait covers other comms' earlier work
+  // there, which never waits on anything outside the streams (docs/notes/gpu.md). A device error ends
+  // the wait: after a sticky fault the device runs nothing. Returns at once when nothing is in flight;
+  // after kDrainLimitMs a WARN, and the work may still touch the buffers.
+  void drain();
+  static constexpr int kDrainLimitMs = 10000;
   // Each staging arena of kind `which` (fn(base, bytes)): pinned host staging is what device messages
   // are sent from and land in, device staging what they are encoded into. An arena lives as long as
   // the Channel (a larger reserve() adds one; older ones only drain).
   template <typename Fn>
   void for_each_arena(Buf which, Fn&& fn) const {
+    std::lock_guard<std::mutex> lock(mu_);
     for (const auto& a : arenas_[static_cast<int>(which)]) fn(static_cast<void*>(a->base), a->cap);
   }
   ncclResult_t record(int slot);
@@ -227,7 +283,7 @@ class Channel {
     std::vector<void*> seg_events;  // on the copy stream
   };
   ncclResult_t grow(int kind, size_t cap);
-  void free_arena(int kind, Arena* a);
+  mutable std::mutex mu_;  // reserve() (service thread) against the data path (progress thread)
   DeviceOps* ops_;
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<Arena>> arenas_[3];  // the last one is current; older ones drain
@@ -236,6 +292,7 @@ class Channel {
   size_t segments_ = 0;  // most segments per message prepared for
   void* stream_ = nullptr;
   void* copy_stream_ = nullptr;
+  void* drain_events_[2] = {nullptr, nullptr};  // on stream_ and copy_stream_ (drain())
   int dev_ = -1;
 };
 

@@ -206,7 +206,9 @@ class SendComm {
 
   std::unique_ptr<SendConn> conn_;
   BufferRegistry* const registry_;  // conn_ as a BufferRegistry, looked up once
-  std::unique_ptr<gpu::Channel> gpu_;  // created at the first device message
+  // Made with the comm when the GPU path is on, never replaced: regMr (service thread) reserves in it
+  // while the progress thread reads it.
+  std::unique_ptr<gpu::Channel> gpu_;
   StagingPins staging_pins_;
   uint64_t gpu_messages_ = 0;   // device messages started (the close line; stats_ counts completed ones)
   uint64_t segment_bytes_ = 0;  // 0: messages go whole on this connection
@@ -322,7 +324,7 @@ class RecvComm {
 
   std::unique_ptr<RecvConn> conn_;
   BufferRegistry* const registry_;  // conn_ as a BufferRegistry, looked up once
-  std::unique_ptr<gpu::Channel> gpu_;
+  std::unique_ptr<gpu::Channel> gpu_;  // as SendComm's
   StagingPins staging_pins_;
   uint64_t gpu_messages_ = 0;  // device receives posted (the close line; stats_ counts completed ones)
   uint64_t device_landed_ = 0;  // payloads landed in device staging (each flushed before it is read)

@@ -31,6 +31,7 @@ RecvComm::RecvComm(RecvConn* conn, const DeviceInfo& dev)
     reqs_[i].h.comm = this;
     free_.push_back(i);
   }
+  if (gpu::DeviceOps* ops = gpu::device_ops()) gpu_.reset(new gpu::Channel(ops, static_cast<int>(reqs_.size())));
   stats_.direction = "recv";
   stats_.peer = dev.name;
   created_ = Clock::now();
@@ -46,10 +47,13 @@ RecvComm::~RecvComm() {
       }
     }
   }
+  // Device work of a request NCCL abandoned (error, abort) reads or writes its buffers: it finishes
+  // before close returns (no wait when every request completed).
+  if (gpu_) gpu_->drain();
   const bool staging_free = staging_pins_.close(registry_);
   conn_.reset();  // stops the transport's helper threads before NCCL frees its buffers
   if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still write its staging
-  gpu_.reset();   // waits for this comm's stream (copies, decodes into NCCL's buffers)
+  gpu_.reset();   // returns its memory to the pools once the device has passed this close
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET,
                 "GPU path (recv): %llu device messages, %llu decoded on the device, %llu payloads landed in "

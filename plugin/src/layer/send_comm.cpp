@@ -75,6 +75,7 @@ SendComm::SendComm(SendConn* conn, const DeviceInfo& dev)
     });
     segment_bytes_ = 0;
   }
+  if (gpu::DeviceOps* ops = gpu::device_ops()) gpu_.reset(new gpu::Channel(ops, static_cast<int>(reqs_.size())));
   stats_.direction = "send";
   stats_.peer = dev.name;
   created_ = last_sample_ = Clock::now();
@@ -94,10 +95,13 @@ SendComm::~SendComm() {
   if (sample_busy_) {
     while (!sample_job_.done.load(std::memory_order_acquire)) std::this_thread::yield();
   }
+  // Device work of a request NCCL abandoned (error, abort) reads or writes its buffers: it finishes
+  // before close returns (no wait when every request completed).
+  if (gpu_) gpu_->drain();
   const bool staging_free = staging_pins_.close(registry_);
   conn_.reset();  // joins the transport's helper threads, which may still read staging buffers
   if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still read its staging
-  gpu_.reset();   // waits for this comm's streams, then frees its device and pinned buffers
+  gpu_.reset();   // returns its memory to the pools once the device has passed this close
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET, "GPU path (send): %llu device messages, %llu sent as device-encoded frames",
                 (unsigned long long)gpu_messages_, (unsigned long long)stats_.device_codec);
