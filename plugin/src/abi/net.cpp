@@ -15,6 +15,7 @@
 #include "gpu/gpu_path.h"
 #include "inner/inner_transport.h"
 #include "layer/comm.h"
+#include "layer/live_stats.h"
 #include "transport.h"
 
 namespace zipccl {
@@ -192,6 +193,8 @@ ncclResult_t net_finalize_ctx(void* ctx) {
     return ncclInternalError;
   }
   delete static_cast<Context*>(ctx);
+  // The last communicator is gone: the final snapshot and the process summary (live_stats.h).
+  if (g_contexts == 1) live_stats_finalize();
   // Transport, settings and the worker pool live as long as the process (the library is built
   // nodelete): connections of other communicators may still be open. An inner plugin is finalized
   // (once) with the last context, as NCCL would finalize it; a later init opens it again.

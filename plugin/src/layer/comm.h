@@ -218,7 +218,7 @@ class SendComm {
   bool sample_busy_ = false;
   std::vector<char> sample_staging_;
   std::vector<char> sample_src_;  // the sampled slice, copied so the message need not wait for it
-  ConnStats stats_;
+  std::shared_ptr<ConnStats> stats_;  // counters shared with the live snapshots (stats.h)
   bool failed_ = false;
   // Link sampling (see sample_link).
   std::chrono::steady_clock::time_point last_sample_, created_;
@@ -326,7 +326,7 @@ class RecvComm {
   std::vector<int> free_;
   std::deque<int> unmatched_;
   std::vector<int> active_;  // receives with segments in flight (any order)
-  ConnStats stats_;
+  std::shared_ptr<ConnStats> stats_;  // counters shared with the live snapshots (stats.h)
   bool failed_ = false;
   int max_recvs_ = 1;
   std::chrono::steady_clock::time_point created_;

@@ -31,8 +31,7 @@ RecvComm::RecvComm(RecvConn* conn, const DeviceInfo& dev)
     reqs_[i].h.comm = this;
     free_.push_back(i);
   }
-  stats_.direction = "recv";
-  stats_.peer = dev.name;
+  stats_ = open_conn_stats("recv", dev.name);
   created_ = Clock::now();
 }
 
@@ -54,13 +53,13 @@ RecvComm::~RecvComm() {
     ZIPCCL_INFO(NCCL_NET,
                 "GPU path (recv): %llu device messages, %llu decoded on the device, %llu payloads landed in "
                 "device staging",
-                (unsigned long long)gpu_messages_, (unsigned long long)stats_.device_codec,
+                (unsigned long long)gpu_messages_, (unsigned long long)stats_->device_codec.get(),
                 (unsigned long long)device_landed_);
   }
   header.magic = kDeadMagic;
   for (Req& r : reqs_) r.h.magic = kDeadMagic;
-  stats_.seconds = std::chrono::duration<double>(Clock::now() - created_).count();
-  report_stats(stats_);
+  stats_->seconds = std::chrono::duration<double>(Clock::now() - created_).count();
+  report_stats(*stats_);
 }
 
 // One receive of an irecv: its request slot prepared (device receives: all their staging taken, so
@@ -300,7 +299,7 @@ ncclResult_t RecvComm::advance(Req* r) {
       if (!g->job.done.load(std::memory_order_acquire)) continue;
       if (g->staged) conn_->release_staged(g->staged);
       g->staged = nullptr;
-      stats_.codec_ns += g->job.ns;
+      stats_->codec_ns += g->job.ns;
       if (g->job.status != codec::Status::kOk || g->job.out != g->meta.original_len) {
         ZIPCCL_WARN("corrupt compressed frame from the peer (%s, %zu of %llu bytes decoded, segment %zu)",
                     codec::status_string(g->job.status), g->job.out, (unsigned long long)g->meta.original_len,
@@ -395,7 +394,7 @@ ncclResult_t RecvComm::finish_device_landing(Req* r, bool* done) {
 
 ncclResult_t RecvComm::fail(Req* /*r*/) {
   failed_ = true;
-  ++stats_.errors;
+  ++stats_->errors;
   return ncclSystemError;
 }
 
@@ -412,17 +411,17 @@ bool RecvComm::complete(Req* r, ncclResult_t* res) {
 
 // Counts a completed receive and frees its slot.
 void RecvComm::finish(Req* r) {
-  ++stats_.messages;
-  stats_.bytes_in += r->asm_.offset;
-  stats_.bytes_wire += r->wire;
-  if (r->any_codec) ++stats_.compressed;
+  ++stats_->messages;
+  stats_->bytes_in += r->asm_.offset;
+  stats_->bytes_wire += r->wire;
+  if (r->any_codec) ++stats_->compressed;
   if (r->nsegs > 1) {
-    ++stats_.segmented;
-    stats_.segments += r->nsegs;
+    ++stats_->segmented;
+    stats_->segments += r->nsegs;
   }
   if (r->device) {
-    ++stats_.device_messages;
-    if (r->any_codec) ++stats_.device_codec;
+    ++stats_->device_messages;
+    if (r->any_codec) ++stats_->device_codec;
   }
   r->state = State::kFree;
   r->group_n = 0;

@@ -75,8 +75,7 @@ SendComm::SendComm(SendConn* conn, const DeviceInfo& dev)
     });
     segment_bytes_ = 0;
   }
-  stats_.direction = "send";
-  stats_.peer = dev.name;
+  stats_ = open_conn_stats("send", dev.name);
   created_ = last_sample_ = Clock::now();
 }
 
@@ -100,13 +99,13 @@ SendComm::~SendComm() {
   gpu_.reset();   // waits for this comm's streams, then frees its device and pinned buffers
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET, "GPU path (send): %llu device messages, %llu sent as device-encoded frames",
-                (unsigned long long)gpu_messages_, (unsigned long long)stats_.device_codec);
+                (unsigned long long)gpu_messages_, (unsigned long long)stats_->device_codec.get());
   }
   header.magic = kDeadMagic;
   for (Req& r : reqs_) r.h.magic = kDeadMagic;
-  stats_.link_gbps = policy_.link_bps() * 8e-9;
-  stats_.seconds = ns_since(created_) * 1e-9;
-  report_stats(stats_);
+  stats_->link_gbps.store(policy_.link_bps() * 8e-9, std::memory_order_relaxed);
+  stats_->seconds = ns_since(created_) * 1e-9;
+  report_stats(*stats_);
 }
 
 // Whether the message of `r` (its fields set by isend) is to be encoded: the settings, the policy and,
@@ -116,7 +115,7 @@ bool SendComm::choose_compress(Req* r) {
   const Settings& s = settings();
   bool compress = false;
   if (size < s.min_bytes || s.compress == CompressMode::kNever) {
-    ++stats_.raw_small;
+    ++stats_->raw_small;
   } else {
     // The policy first: a message it sends raw needs no type detection (in auto the detector only
     // runs for messages about to be encoded or sampled), so raw traffic costs what `never` costs.
@@ -130,17 +129,17 @@ bool SendComm::choose_compress(Req* r) {
         compress = true;
         r->type = type;
       } else {
-        ++stats_.raw_policy;
+        ++stats_->raw_policy;
       }
     } else {
       if ((want || sample) && type == codec::ElemType::kAuto && s.compress == CompressMode::kAuto) {
         type = codec::detect_elem_type(r->data, size);
       }
       if (!want) {
-        ++stats_.raw_policy;
+        ++stats_->raw_policy;
         if (sample && type != codec::ElemType::kNone) start_sample(r, type);
       } else if (type == codec::ElemType::kNone) {
-        ++stats_.raw_incompressible;
+        ++stats_->raw_incompressible;
       } else {
         compress = true;
         r->type = type;
@@ -264,7 +263,7 @@ void SendComm::finish_sample() {
   if (sample_job_.status == codec::Status::kOk) {
     policy_.on_encoded(sample_job_.n, sample_job_.out, sample_job_.ns * 1e-9);
   }
-  stats_.codec_ns += sample_job_.ns;
+  stats_->codec_ns += sample_job_.ns;
   sample_busy_ = false;
 }
 
@@ -361,7 +360,7 @@ ncclResult_t SendComm::progress_device() {
         auto now = Clock::now();
         double seconds = std::chrono::duration<double>(now - r->gpu_t0).count();
         r->gpu_t0 = now;  // the next segment's encode started when this one finished
-        stats_.codec_ns += static_cast<uint64_t>(seconds * 1e9);
+        stats_->codec_ns += static_cast<uint64_t>(seconds * 1e9);
         auto st = static_cast<codec::Status>(g->result->status);
         const char* src_raw = r->data + g->off;
         if (st != codec::Status::kOk) {
@@ -397,7 +396,7 @@ ncclResult_t SendComm::progress_device() {
 }
 
 void SendComm::finish_encode(Seg* g) {
-  stats_.codec_ns += g->job.ns;
+  stats_->codec_ns += g->job.ns;
   if (g->job.status != codec::Status::kOk) {
     ZIPCCL_WARN("encode of %zu bytes failed (%s); sending raw", g->len, codec::status_string(g->job.status));
   } else {
@@ -507,21 +506,22 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
   if (failed_) return ncclSystemError;
   ncclResult_t res = progress();
   if (res == ncclSuccess && r->state == State::kPosted && r->inflight == 0) {
-    ++stats_.messages;
-    stats_.bytes_in += r->size;
-    stats_.bytes_wire += r->wire;
+    ++stats_->messages;
+    stats_->link_gbps.store(policy_.link_bps() * 8e-9, std::memory_order_relaxed);
+    stats_->bytes_in += r->size;
+    stats_->bytes_wire += r->wire;
     if (r->any_codec) {
-      ++stats_.compressed;
+      ++stats_->compressed;
     } else if (r->tried) {
-      ++stats_.raw_incompressible;  // the encoder found nothing to gain (or failed)
+      ++stats_->raw_incompressible;  // the encoder found nothing to gain (or failed)
     }
     if (r->nsegs > 1) {
-      ++stats_.segmented;
-      stats_.segments += r->nsegs;
+      ++stats_->segmented;
+      stats_->segments += r->nsegs;
     }
     if (r->device) {
-      ++stats_.device_messages;
-      if (r->any_codec) ++stats_.device_codec;
+      ++stats_->device_messages;
+      if (r->any_codec) ++stats_->device_codec;
     }
     *done = 1;
     if (size) *size = r->size;
@@ -531,7 +531,7 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
   }
   if (res != ncclSuccess) {
     failed_ = true;
-    ++stats_.errors;
+    ++stats_->errors;
   }
   return res;
 }
