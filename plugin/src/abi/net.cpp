@@ -379,18 +379,19 @@ ncclResult_t net_dereg_mr(void* comm, void* mhandle) {
   return ncclSuccess;
 }
 
-ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request) {
+ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                       void** request) {
   *request = nullptr;
   SendComm* c = as<SendComm>(send_comm, kSendCommMagic);
   if (!c) {
     ZIPCCL_WARN("isend on something that is not a send comm");
     return ncclInternalError;
   }
-  return c->isend(data, size, tag, is_device(mhandle), request);
+  return c->isend(data, size, tag, is_device(mhandle), phandle, request);
 }
 
 ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
-                       void** mhandles, void** request) {
+                       void** mhandles, void** phandles, void** request) {
   // NCCL (v9+) marks LL/LL128 receives through the request pointer's initial value (gpu_path.h).
   const bool marked = gpu::marks_flag_protocol(request);
   *request = nullptr;
@@ -405,7 +406,7 @@ ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes,
   }
   bool device[kMaxRecvs];
   for (int i = 0; i < n; ++i) device[i] = is_device(mhandles ? mhandles[i] : nullptr);
-  return c->irecv(n, data, sizes, tags, device, marked, request);
+  return c->irecv(n, data, sizes, tags, device, marked, phandles, request);
 }
 
 // After a receive into device memory the NIC wrote (RDMA, GPUDirect), NCCL asks for a flush so the

@@ -75,6 +75,7 @@ ncclResult_t RecvComm::claim(Req* r, void* data, size_t size, bool device, bool 
   r->asm_.reset(size);
   r->nsegs = r->done_segs = r->scan = 0;
   r->wire = 0;
+  r->codec_ns = 0;
   r->any_codec = false;
   r->group_n = 0;
   if (!device) return ncclSuccess;
@@ -93,7 +94,7 @@ void RecvComm::unclaim(Req* r) {
 }
 
 ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int* tags, const bool* device,
-                             bool marked, void** request) {
+                             bool marked, void* const* phandles, void** request) {
   *request = nullptr;
   if (failed_) return ncclSystemError;
   if (n < 1 || n > max_recvs_) {
@@ -132,6 +133,7 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
   lead.group_n = n;
   for (int i = 0; i < n; ++i) {
     if (reqs_[idx[i]].device) ++gpu_messages_;
+    reqs_[idx[i]].prof.start(phandles ? phandles[i] : nullptr, false, sizes[i], reqs_[idx[i]].device);
     lead.group[i] = idx[i];
     unmatched_.push_back(idx[i]);
     active_.push_back(idx[i]);
@@ -300,6 +302,7 @@ ncclResult_t RecvComm::advance(Req* r) {
       if (g->staged) conn_->release_staged(g->staged);
       g->staged = nullptr;
       stats_->codec_ns += g->job.ns;
+      r->codec_ns += g->job.ns;
       if (g->job.status != codec::Status::kOk || g->job.out != g->meta.original_len) {
         ZIPCCL_WARN("corrupt compressed frame from the peer (%s, %zu of %llu bytes decoded, segment %zu)",
                     codec::status_string(g->job.status), g->job.out, (unsigned long long)g->meta.original_len,
@@ -411,6 +414,7 @@ bool RecvComm::complete(Req* r, ncclResult_t* res) {
 
 // Counts a completed receive and frees its slot.
 void RecvComm::finish(Req* r) {
+  r->prof.finish(r->asm_.offset, r->wire, r->codec_ns, r->nsegs, r->any_codec);
   ++stats_->messages;
   stats_->bytes_in += r->asm_.offset;
   stats_->bytes_wire += r->wire;

@@ -172,7 +172,7 @@ void SendComm::plan_segments(Req* r) {
   r->stage_bytes = stage;
 }
 
-ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void** request) {
+ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void* phandle, void** request) {
   *request = nullptr;
   if (failed_) return ncclSystemError;
   if (size && !data) {
@@ -193,6 +193,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
   r.next_post = 0;
   r.inflight = 0;
   r.wire = 0;
+  r.codec_ns = 0;
   r.any_codec = false;
 
   const bool compress = choose_compress(&r);
@@ -206,6 +207,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
       free_.push_back(idx);
       return ncclSuccess;
     }
+    r.prof.start(phandle, true, size, true);
     unposted_.push_back(idx);
     *request = &r.h;
     if (res == ncclSuccess) res = progress();
@@ -230,6 +232,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
       worker_pool().submit(&g.job);
     }
   }
+  r.prof.start(phandle, true, size, false);
   unposted_.push_back(idx);
   *request = &r.h;
   ncclResult_t res = progress();
@@ -361,6 +364,7 @@ ncclResult_t SendComm::progress_device() {
         double seconds = std::chrono::duration<double>(now - r->gpu_t0).count();
         r->gpu_t0 = now;  // the next segment's encode started when this one finished
         stats_->codec_ns += static_cast<uint64_t>(seconds * 1e9);
+        r->codec_ns += static_cast<uint64_t>(seconds * 1e9);
         auto st = static_cast<codec::Status>(g->result->status);
         const char* src_raw = r->data + g->off;
         if (st != codec::Status::kOk) {
@@ -395,8 +399,9 @@ ncclResult_t SendComm::progress_device() {
   return ncclSuccess;
 }
 
-void SendComm::finish_encode(Seg* g) {
+void SendComm::finish_encode(Req* r, Seg* g) {
   stats_->codec_ns += g->job.ns;
+  r->codec_ns += g->job.ns;
   if (g->job.status != codec::Status::kOk) {
     ZIPCCL_WARN("encode of %zu bytes failed (%s); sending raw", g->len, codec::status_string(g->job.status));
   } else {
@@ -450,7 +455,7 @@ ncclResult_t SendComm::progress() {
           blocked = true;
           break;
         }
-        finish_encode(g);
+        finish_encode(r, g);
       }
       if (g->state != SegState::kReady) {  // a device segment still on the GPU
         blocked = true;
@@ -523,6 +528,7 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
       ++stats_->device_messages;
       if (r->any_codec) ++stats_->device_codec;
     }
+    r->prof.finish(r->size, r->wire, r->codec_ns, r->nsegs, r->any_codec);
     *done = 1;
     if (size) *size = r->size;
     r->state = State::kFree;
@@ -532,6 +538,7 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
   if (res != ncclSuccess) {
     failed_ = true;
     ++stats_->errors;
+    r->prof.abandon();
   }
   return res;
 }
