@@ -261,9 +261,7 @@ std::vector<Entry> registry(Settings* s) {
            "messages larger than this go as several frames so encode, copy and transmit overlap (0: off; 4KiB "
            "multiples; TCP only)"),
       integer("ZIPCCL_MAX_REQUESTS", &s->max_requests, 32, 4096, "requests in flight per comm"),
-      text("ZIPCCL_STATS_FILE", &s->stats_file,
-           "append per-connection statistics as JSON lines; without ZIPCCL_STATS_DIR, live snapshots go to this "
-           "file's folder"),
+      text("ZIPCCL_STATS_FILE", &s->stats_file, "append per-connection statistics as JSON lines"),
       text("ZIPCCL_STATS_DIR", &s->stats_dir,
            "folder for live per-process snapshots (zipccl-HOST-PID.json and .prom, rewritten atomically; "
            "`zipccl stats` reads them)"),

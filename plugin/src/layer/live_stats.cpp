@@ -282,14 +282,7 @@ bool write_file_atomically(const std::string& path, const std::string& data, std
   return true;
 }
 
-std::string stats_snapshot_dir() {
-  const Settings& s = settings();
-  if (!s.stats_dir.empty()) return s.stats_dir;
-  if (s.stats_file.empty()) return "";
-  const size_t slash = s.stats_file.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : s.stats_file.substr(0, slash);
-}
+std::string stats_snapshot_dir() { return settings().stats_dir; }
 
 namespace {
 

@@ -54,8 +54,8 @@ struct ConnStats {
   std::atomic<bool> closed{false};
 };
 
-// A comm's statistics, registered with the live snapshots when they are on (ZIPCCL_STATS_DIR or
-// ZIPCCL_STATS_FILE). Called at connect/accept, never on the data path.
+// A comm's statistics, registered with the live snapshots when they are on (ZIPCCL_STATS_DIR). Called
+// at connect/accept, never on the data path.
 std::shared_ptr<ConnStats> open_conn_stats(const char* direction, const std::string& peer);
 
 // At close: logs the summary, appends the JSON line if configured and marks the stats closed. Never
