@@ -31,7 +31,10 @@ void usage(FILE* f) {
                "usage: zipccl stats [options] DIR|FILE.json...\n"
                "  The plugin's live snapshots (ZIPCCL_STATS_DIR: zipccl-HOST-PID.json, one per process) as a\n"
                "  table over ranks: bytes in and on the wire, ratio, messages by reason, codec time, and what\n"
-               "  the wire saved in bytes and in seconds at each rank's measured link rate.\n"
+               "  the wire saved in bytes and in seconds at each rank's link estimate (the auto policy's; a\n"
+               "  process that only receives shows its received ratio). Cut-short or foreign files are skipped\n"
+               "  with a note. The picture comes from the history each snapshot carries (the whole run, at\n"
+               "  most 240 points), so it needs no watcher running beside the job.\n"
                "  --watch [SECONDS]  redraw every SECONDS (default 2) until interrupted\n"
                "  --count N          with --watch: stop after N tables\n"
                "  --svg FILE         draw compression ratio and goodput over time, one line per rank\n");
@@ -332,7 +335,8 @@ void print_table(const std::vector<Snapshot>& snaps, int skipped, FILE* f) {
     const double codec = s.send.codec_s + s.recv.codec_s;
     std::fprintf(f, "%-18s %8s %11s %11s %6.3f %20s %11s %9.3f %8s %11s %8s\n", s.label.c_str(), age,
                  bytes(s.send.bytes_in).c_str(), bytes(s.send.bytes_wire).c_str(),
-                 ratio(s.send.bytes_in, s.send.bytes_wire), reasons, bytes(s.recv.bytes_in).c_str(), codec, link,
+                 s.send.bytes_in > 0 ? ratio(s.send.bytes_in, s.send.bytes_wire) : ratio(s.recv.bytes_in, s.recv.bytes_wire),
+                 reasons, bytes(s.recv.bytes_in).c_str(), codec, link,
                  bytes(s.send.bytes_in - s.send.bytes_wire).c_str(), ss);
     for (auto [t, d] : {std::pair<Dir*, const Dir*>{&tot_send, &s.send}, {&tot_recv, &s.recv}}) {
       t->messages += d->messages;
@@ -378,6 +382,15 @@ std::string num(double v, const char* f = "%.3g") {
   char b[32];
   std::snprintf(b, sizeof b, f, v);
   return b;
+}
+
+// The smallest of 1, 2, 2.5, 5 x 10^k at or above v (> 0): an axis top whose quarters read well.
+double nice_ceiling(double v) {
+  const double p = std::pow(10, std::floor(std::log10(v)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    if (m * p >= v * (1 - 1e-9)) return m * p;
+  }
+  return 10 * p;
 }
 
 // Per rank, per history interval: (time since the job's first snapshot start, value).
@@ -446,9 +459,9 @@ std::string draw_svg(const std::vector<Snapshot>& snaps) {
       svg.end_group();
     }
   };
-  panel(top + 20, "compression ratio per interval (bytes in / bytes on the wire)", std::ceil(rmax * 4) / 4,
+  panel(top + 20, "compression ratio per interval (bytes in / bytes on the wire)", nice_ceiling(rmax),
         [](const Series& s) -> const std::vector<std::pair<double, double>>& { return s.ratio; });
-  panel(top + 20 + panel_h + gap, "goodput per interval (uncompressed Gbit/s sent, or received by a process that only receives)", gmax > 0 ? gmax * 1.1 : 1,
+  panel(top + 20 + panel_h + gap, "goodput per interval (uncompressed Gbit/s sent, or received by a process that only receives)", gmax > 0 ? nice_ceiling(gmax * 1.05) : 1,
         [](const Series& s) -> const std::vector<std::pair<double, double>>& { return s.goodput_gbps; });
   for (size_t i = 0; i < series.size(); ++i) {
     const double y = top + 30 + 18 * i;

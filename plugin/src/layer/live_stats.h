@@ -6,8 +6,8 @@
 // collector), rewritten every ZIPCCL_STATS_INTERVAL seconds and at finalize/exit, each through a
 // temporary file renamed over it, so a reader never sees half a snapshot. The data path never waits
 // for them: each comm's counters are single-writer relaxed atomics (stats.h), summed by one background
-// thread at the lowest scheduling priority; the only lock it shares with NCCL's threads is taken at
-// connect/accept, to hand it the new comm's counters. The JSON snapshot carries a bounded history of
+// thread; the only lock it shares with NCCL's threads is taken at connect/accept, to hand it the new
+// comm's counters, and the thread holds it only to move pointers, never across a file write. The JSON snapshot carries a bounded history of
 // cumulative totals (thinned by halves when full), so `zipccl stats --svg` draws the whole run from
 // the last snapshot alone. Layout: docs/notes/plugin.md ("Live statistics").
 #pragma once
