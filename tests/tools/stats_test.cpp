@@ -137,8 +137,9 @@ TEST_F(StatsCmd, AKilledRunLeavesSnapshotsTheCommandReads) {
   const std::string o = out();
   EXPECT_NE(o.find("2 process(es): sent"), std::string::npos) << o;
   EXPECT_EQ(o.find("end "), std::string::npos) << "no process finalized: " << o;
+  // A kill during a write leaves that write's temporary file (NAME.tmp-PID) beside the whole snapshot:
+  // the command does not read it, so says nothing about it.
   EXPECT_TRUE(stderr_.empty()) << stderr_;
-  EXPECT_EQ(run_here("ls s | grep -c tmp-"), 1) << "a temporary file left behind";  // grep -c: 0 matches, rc 1
 }
 #endif
 
