@@ -6,6 +6,13 @@
 // decoder learns each frame's length from its header, so it reads streams of any frame sizes,
 // including the files of earlier versions (64 MiB frames). The command line follows zstd's: `-` is
 // stdin/stdout, -o names the output, -f overwrites, -k keeps the input (the default), --rm removes it.
+//
+// The way through, for `compress`: main() (zipccl.cpp) -> cmd_compress below -> parse_args ->
+// open_gpu (--gpu only) -> open_ends (InputFile, OutputFile: stream_io.h) -> run_stages, whose
+// Pipeline (frame_stream.h) runs three stages per frame: `read` (InputFile::take maps the next
+// chunk), `code` (codec::encode, gpu_codec/src/frame.cpp: header, block index, blocks) and
+// `write` (OutputFile::write_all) -> finish (OutputFile::commit keeps the file; on any failure the
+// OutputFile removes what it wrote). `decompress` is the same way with FrameReader as its reader.
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,10 +33,9 @@ namespace zipccl {
 namespace tools {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 constexpr const char* kSuffix = ".zcc";
+// What the parsing and opening steps return when the command goes on; otherwise an exit status.
+constexpr int kGoOn = -1;
 
 struct Options {
   codec::ElemType type = codec::ElemType::kAuto;
@@ -41,7 +47,7 @@ struct Options {
   bool force = false;
   bool remove_input = false;
   codec::Isa isa = codec::Isa::kAuto;
-  std::string in, out;
+  std::string in_path, out_path;  // '-': stdin / stdout
 };
 
 // Matches `--name VALUE`, `--name=VALUE` and, with a short form, `-x VALUE`. *bad on a missing value.
@@ -113,11 +119,11 @@ int parse_value_option(const char* cmd, bool compress, int argc, char** argv, in
   std::string v;
   bool bad = false;
   if (option_value(argc, argv, i, "-o", "--output", &v, &bad)) {
-    if (bad || v.empty() || !o->out.empty()) {
+    if (bad || v.empty() || !o->out_path.empty()) {
       std::fprintf(stderr, "zipccl %s: -o needs one file name\n", cmd);
       return kExitUsage;
     }
-    o->out = v;
+    o->out_path = v;
   } else if (option_value(argc, argv, i, nullptr, "--threads", &v, &bad)) {
     if (bad || !parse_int(v, 1, 1024, &o->threads)) {
       std::fprintf(stderr, "zipccl %s: --threads needs a number from 1 to 1024\n", cmd);
@@ -152,27 +158,27 @@ int parse_value_option(const char* cmd, bool compress, int argc, char** argv, in
 
 // The output's name when none was given: zstd's rule, with the .zcc suffix.
 bool default_output(const char* cmd, bool compress, Options* o) {
-  if (o->in == "-") {
-    o->out = "-";
+  if (o->in_path == "-") {
+    o->out_path = "-";
     return true;
   }
   const size_t n = std::strlen(kSuffix);
   if (compress) {
-    o->out = o->in + kSuffix;
+    o->out_path = o->in_path + kSuffix;
     return true;
   }
-  if (o->in.size() > n && o->in.compare(o->in.size() - n, n, kSuffix) == 0) {
-    o->out = o->in.substr(0, o->in.size() - n);
+  if (o->in_path.size() > n && o->in_path.compare(o->in_path.size() - n, n, kSuffix) == 0) {
+    o->out_path = o->in_path.substr(0, o->in_path.size() - n);
     return true;
   }
   std::fprintf(stderr, "zipccl %s: %s does not end in %s: name the output (-o FILE or a second argument)\n",
-               cmd, o->in.c_str(), kSuffix);
+               cmd, o->in_path.c_str(), kSuffix);
   return false;
 }
 
 // Checks that the options go together and fills in the output name.
 int check_args(const char* cmd, bool compress, const std::vector<std::string>& pos, Options* o) {
-  if (pos.empty() || pos.size() > 2 || (pos.size() == 2 && !o->out.empty())) {
+  if (pos.empty() || pos.size() > 2 || (pos.size() == 2 && !o->out_path.empty())) {
     std::fprintf(stderr, "usage: zipccl %s [options] IN [OUT]   (see --help)\n", cmd);
     return kExitUsage;
   }
@@ -180,17 +186,17 @@ int check_args(const char* cmd, bool compress, const std::vector<std::string>& p
     std::fprintf(stderr, "zipccl %s: --threads is for the CPU codec; it does not go with --gpu\n", cmd);
     return kExitUsage;
   }
-  o->in = pos[0];
-  if (pos.size() == 2) o->out = pos[1];
-  if (o->out.empty() && !default_output(cmd, compress, o)) return kExitUsage;
-  if (o->remove_input && (o->in == "-" || o->out == "-")) {
+  o->in_path = pos[0];
+  if (pos.size() == 2) o->out_path = pos[1];
+  if (o->out_path.empty() && !default_output(cmd, compress, o)) return kExitUsage;
+  if (o->remove_input && (o->in_path == "-" || o->out_path == "-")) {
     std::fprintf(stderr, "zipccl %s: --rm needs a named input and a named output file\n", cmd);
     return kExitUsage;
   }
-  return -1;
+  return kGoOn;
 }
 
-// Returns -1 when parsing succeeded, else the exit status (0 after --help).
+// kGoOn when parsing succeeded, else the exit status (kExitOk after --help).
 int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o) {
   std::vector<std::string> pos;
   bool only_positional = false;
@@ -215,11 +221,11 @@ int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o
     } else if (!std::strcmp(a, "--rm")) {
       o->remove_input = true;
     } else if (!std::strcmp(a, "-c") || !std::strcmp(a, "--stdout")) {
-      if (!o->out.empty() && o->out != "-") {
+      if (!o->out_path.empty() && o->out_path != "-") {
         std::fprintf(stderr, "zipccl %s: -c and -o name two outputs\n", cmd);
         return kExitUsage;
       }
-      o->out = "-";
+      o->out_path = "-";
     } else if (int rc = parse_value_option(cmd, compress, argc, argv, &i, o); rc != 1) {
       if (rc == 0) std::fprintf(stderr, "zipccl %s: unknown option '%s' (see --help)\n", cmd, a);
       return kExitUsage;
@@ -228,13 +234,13 @@ int parse_args(const char* cmd, bool compress, int argc, char** argv, Options* o
   return check_args(cmd, compress, pos, o);
 }
 
-// With --gpu: opens the GPU before any output file exists. Returns -1 to go on, else the exit status.
+// With --gpu: opens the GPU before any output file exists. kGoOn, else the exit status.
 int open_gpu(const char* cmd, const Options& o, GpuCodec* gpu) {
-  if (!o.gpu) return -1;
+  if (!o.gpu) return kGoOn;
   std::string why;
   if (gpu->open(&why)) {
     if (o.verbose) std::fprintf(stderr, "zipccl %s: GPU %s\n", cmd, gpu->device().c_str());
-    return -1;
+    return kGoOn;
   }
   std::fprintf(stderr, "zipccl %s --gpu: needs a GPU: %s; nothing was written\n", cmd, why.c_str());
   return kExitNoGpu;
@@ -243,23 +249,23 @@ int open_gpu(const char* cmd, const Options& o, GpuCodec* gpu) {
 // Opens both ends; compressed data is never read from or written to a terminal unless forced.
 bool open_ends(const char* cmd, bool compress, const Options& o, InputFile* in, OutputFile* out) {
   std::string why;
-  if (!in->open(o.in, &why)) {
-    std::fprintf(stderr, "zipccl %s: %s: %s\n", cmd, o.in.c_str(), why.c_str());
+  if (!in->open(o.in_path, &why)) {
+    std::fprintf(stderr, "zipccl %s: %s: %s\n", cmd, o.in_path.c_str(), why.c_str());
     return false;
   }
   if (in->is_stdin() && !o.force && ::isatty(STDIN_FILENO)) {
     std::fprintf(stderr, "zipccl %s: stdin is a terminal; give a file or a pipe (-f reads it anyway)\n", cmd);
     return false;
   }
-  if (compress && o.out == "-" && !o.force && ::isatty(STDOUT_FILENO)) {
+  if (compress && o.out_path == "-" && !o.force && ::isatty(STDOUT_FILENO)) {
     std::fprintf(stderr,
                  "zipccl %s: refusing to write compressed data to a terminal; use -o FILE or a redirect "
                  "(-f writes it anyway)\n",
                  cmd);
     return false;
   }
-  if (!out->open(o.out, *in, o.force, &why)) {
-    std::fprintf(stderr, "zipccl %s: %s: %s\n", cmd, o.out.c_str(), why.c_str());
+  if (!out->open(o.out_path, *in, o.force, &why)) {
+    std::fprintf(stderr, "zipccl %s: %s: %s\n", cmd, o.out_path.c_str(), why.c_str());
     return false;
   }
   return true;
@@ -272,9 +278,9 @@ int finish(const char* cmd, const Options& o, OutputFile* out) {
     std::fprintf(stderr, "zipccl %s: %s: %s\n", cmd, out->display_name().c_str(), why.c_str());
     return kExitFailure;
   }
-  if (o.remove_input && ::unlink(o.in.c_str()) != 0) {
-    std::fprintf(stderr, "zipccl %s: %s was written, but %s could not be removed: %s\n", cmd, o.out.c_str(),
-                 o.in.c_str(), std::strerror(errno));
+  if (o.remove_input && ::unlink(o.in_path.c_str()) != 0) {
+    std::fprintf(stderr, "zipccl %s: %s was written, but %s could not be removed: %s\n", cmd,
+                 o.out_path.c_str(), o.in_path.c_str(), std::strerror(errno));
     return kExitFailure;
   }
   return kExitOk;
@@ -284,10 +290,10 @@ void report(const Options& o, uint64_t in_bytes, uint64_t out_bytes, uint64_t fr
   if (!o.verbose) return;
   const uint64_t raw = compress ? in_bytes : out_bytes;
   const uint64_t packed = compress ? out_bytes : in_bytes;
-  std::fprintf(stderr, "%s: %llu bytes -> %llu bytes, %llu frame%s, ratio %.4fx, %s kernels\n", o.in.c_str(),
-               static_cast<unsigned long long>(in_bytes), static_cast<unsigned long long>(out_bytes),
-               static_cast<unsigned long long>(frames), frames == 1 ? "" : "s",
-               packed ? static_cast<double>(raw) / static_cast<double>(packed) : 1.0,
+  std::fprintf(stderr, "%s: %llu bytes -> %llu bytes, %llu frame%s, ratio %.4fx, %s kernels\n",
+               o.in_path.c_str(), static_cast<unsigned long long>(in_bytes),
+               static_cast<unsigned long long>(out_bytes), static_cast<unsigned long long>(frames),
+               frames == 1 ? "" : "s", packed ? static_cast<double>(raw) / static_cast<double>(packed) : 1.0,
                o.gpu ? "CUDA" : codec::isa_name(codec::effective_isa(o.isa)));
 }
 
@@ -327,9 +333,9 @@ int run_stages(const char* cmd, bool compress, const Options& o, InputFile* in, 
 
 int cmd_compress(int argc, char** argv) {
   Options o;
-  if (int rc = parse_args("compress", true, argc, argv, &o); rc >= 0) return rc;
+  if (int rc = parse_args("compress", true, argc, argv, &o); rc != kGoOn) return rc;
   GpuCodec gpu;
-  if (int rc = open_gpu("compress", o, &gpu); rc >= 0) return rc;
+  if (int rc = open_gpu("compress", o, &gpu); rc != kGoOn) return rc;
   InputFile in;
   OutputFile out;
   if (!open_ends("compress", true, o, &in, &out)) return kExitFailure;
@@ -361,19 +367,19 @@ int cmd_compress(int argc, char** argv) {
       s.result = s.gpu_frame.data();
       s.result_len = s.gpu_frame.size();
     } else {
-      ok = s.out->reserve(codec::max_encoded_size(chunk)) &&
-           (st = codec::encode(s.in.data(), s.in_len, s.out->data(), s.out->capacity(), &s.result_len,
+      ok = s.buffer->reserve(codec::max_encoded_size(chunk)) &&
+           (st = codec::encode(s.in.data(), s.in_len, s.buffer->data(), s.buffer->capacity(), &s.result_len,
                                opt)) == codec::Status::kOk;
       if (st != codec::Status::kOk) err = codec::status_string(st);
-      s.result = s.out->data();
+      s.result = s.buffer->data();
     }
     if (ok && s.in.lost()) {
       ok = false;
       err = kShrank;
     }
     if (!ok)
-      *why = in.display_name() + ": encoding frame " + std::to_string(s.index) + (o.gpu ? " on the GPU" : "") +
-             " failed: " + err;
+      *why = in.display_name() + ": encoding frame " + std::to_string(s.index) +
+             (o.gpu ? " on the GPU" : "") + " failed: " + err;
     return ok;
   };
   return run_stages("compress", true, o, &in, &out, read, code);
@@ -381,9 +387,9 @@ int cmd_compress(int argc, char** argv) {
 
 int cmd_decompress(int argc, char** argv) {
   Options o;
-  if (int rc = parse_args("decompress", false, argc, argv, &o); rc >= 0) return rc;
+  if (int rc = parse_args("decompress", false, argc, argv, &o); rc != kGoOn) return rc;
   GpuCodec gpu;
-  if (int rc = open_gpu("decompress", o, &gpu); rc >= 0) return rc;
+  if (int rc = open_gpu("decompress", o, &gpu); rc != kGoOn) return rc;
   InputFile in;
   OutputFile out;
   if (!open_ends("decompress", false, o, &in, &out)) return kExitFailure;
@@ -411,13 +417,13 @@ int cmd_decompress(int argc, char** argv) {
   auto code = [&](Slot& s, std::string* why) {
     if (s.empty) return true;
     std::string err = "cannot allocate " + std::to_string(s.expected) + " bytes for its output";
-    bool ok = s.out->reserve(s.expected);
+    bool ok = s.buffer->reserve(s.expected);
     if (ok && o.gpu) {
-      ok = gpu.decode(s.in.data(), s.in_len, s.out->data(), s.out->capacity(), &s.result_len, &err);
+      ok = gpu.decode(s.in.data(), s.in_len, s.buffer->data(), s.buffer->capacity(), &s.result_len, &err);
       if (!ok) err = "GPU decode: " + err;
     } else if (ok) {
       const codec::Status st =
-          codec::decode(s.in.data(), s.in_len, s.out->data(), s.out->capacity(), &s.result_len, dopt);
+          codec::decode(s.in.data(), s.in_len, s.buffer->data(), s.buffer->capacity(), &s.result_len, dopt);
       ok = st == codec::Status::kOk;
       err = codec::status_string(st);
     }
@@ -428,10 +434,10 @@ int cmd_decompress(int argc, char** argv) {
       ok = false;
       err = "decoded size disagrees with the header";
     }
-    s.result = s.out->data();
+    s.result = s.buffer->data();
     if (!ok)
-      *why = in.display_name() + ": frame " + std::to_string(s.index) + " at byte " + std::to_string(s.offset) +
-             ": " + err;
+      *why = in.display_name() + ": frame " + std::to_string(s.index) + " at byte " +
+             std::to_string(s.offset) + ": " + err;
     return ok;
   };
   return run_stages("decompress", false, o, &in, &out, read, code);

@@ -6,7 +6,7 @@
 // would load and initialise the plugin with these settings, 1 with the reasons when not, 2 for bad
 // usage.
 //
-// The settings come from the plugin's own registry (plugin/src/settings.cpp, compiled into the
+// The settings come from the plugin's own registry (plugin/src/common/settings.cpp, compiled into the
 // tool): the same parser the plugin runs, so a value the plugin would reject is reported here. The
 // registry also generates the README's settings table (--settings-markdown, --check-readme,
 // --update-readme) so that the documentation cannot drift from the code.
@@ -293,7 +293,7 @@ int readme(const std::string& path, bool update) {
   if (!update) {
     std::fprintf(stderr,
                  "zipccl doctor: the ZIPCCL_ settings table in %s differs from the settings registry "
-                 "(plugin/src/settings.cpp).\nRegenerate it with:\n  zipccl doctor --update-readme %s\n"
+                 "(plugin/src/common/settings.cpp).\nRegenerate it with:\n  zipccl doctor --update-readme %s\n"
                  "(from the repository root, with the built tool: build/tools/zipccl doctor --update-readme "
                  "README.md)\n",
                  path.c_str(), path.c_str());

@@ -3,9 +3,11 @@
 # network namespaces joined by a veth pair whose aggregate is capped with tc tbf (LINK), every TCP
 # flow capped at FLOW by tools/flowcap_shim.c (SO_MAX_PACING_RATE, honoured by TCP's own pacing
 # without fq), as on clouds that cap each flow. Measured in one run, paired round by round:
-#   ref     plain TCP with as many data streams as NCCL's socket transport would open for the chosen
-#           NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (NCCL's rules; on a veth "auto" is 0 x 1:
-#           NCCL sends on its one control socket, so one stream)
+#   ref     plain TCP, a blocking thread per stream, with as many data streams as NCCL's socket
+#           transport would open for the chosen NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (NCCL's
+#           rules; on a veth "auto" is 0 x 1: NCCL sends on its one control socket, so one stream)
+#   ref-nccl  where NCCL_NSOCKS_PERTHREAD > 1: the same streams in NCCL's shape, NCCL_SOCKET_NTHREADS
+#           threads each polling its sockets (as NCCL's and zipccl's helper threads do)
 #   tcp     where that is one stream: also `zipccl perf`'s own plain TCP stream (C++, same processes)
 #   never, always, auto   `zipccl perf` through the plugin with the same two variables
 # Needs root (ip netns, tc) and a C compiler (the shim is built into a temporary folder).
@@ -13,12 +15,13 @@
 #   tools/flowcap_bench.sh [options]
 #     --nthreads N|auto   NCCL_SOCKET_NTHREADS for NCCL's count and zipccl (default auto)
 #     --nsocks N|auto     NCCL_NSOCKS_PERTHREAD (default auto)
-#     --flow RATE         per-flow cap, kbit/mbit/gbit (default 1gbit)
+#     --flow RATE[,RATE]  per-flow cap, kbit/mbit/gbit (default 1gbit); a list: the sockets of each
+#                         process take the rates in turn (unequal flows, as on a multipath fabric)
 #     --link RATE         aggregate tbf rate (default 8gbit)
 #     --seconds S         length of every run (default 4)
 #     --repeat R          rounds; medians are reported (default 3)
 #     --data FILE         raw bf16 tensor (default /work/shared/data/gpt19m_grads_step1_layers2-3.bf16)
-#     --modes LIST        zipccl modes (default never,always,auto)
+#     --modes LIST        zipccl modes (default never,always,auto; none: the references only)
 #     --json FILE         append every run as JSON lines
 #   env: ZIPCCL_BIN (default build/tools/zipccl), ZC_PREFIX (names, default zfc), CC (default cc),
 #        FLOWCAP_PERF_ARGS (more `zipccl perf` options, e.g. "--idle-sleep-us 20")
@@ -40,7 +43,7 @@ while [ $# -gt 0 ]; do
     --data) DATA=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
     --json) JSON=$2; shift 2 ;;
-    *) sed -n '2,27p' "$0"; exit 2 ;;
+    *) sed -n '2,32p' "$0"; exit 2 ;;
   esac
 done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,7 +52,7 @@ P=${ZC_PREFIX:-zfc}
 NS_R=${P}_recv NS_S=${P}_send
 ADDR_R=10.78.0.1 PORT=47311
 if [ "$(id -u)" != 0 ]; then echo "flowcap_bench.sh: needs root (ip netns, tc)" >&2; exit 2; fi
-if [ ! -x "$BIN" ]; then echo "flowcap_bench.sh: $BIN not built (set ZIPCCL_BIN)" >&2; exit 2; fi
+if [ "$MODES" != none ] && [ ! -x "$BIN" ]; then echo "flowcap_bench.sh: $BIN not built (set ZIPCCL_BIN)" >&2; exit 2; fi
 if [ ! -f "$DATA" ]; then echo "flowcap_bench.sh: no data file $DATA" >&2; exit 2; fi
 
 # The data streams NCCL's socket transport opens (net_socket.cc, ncclNetSocketGetNsockNthread): auto
@@ -78,8 +81,9 @@ ${CC:-cc} -O2 -shared -fPIC -o "$WORK/flowcap_shim.so" "$ROOT/tools/flowcap_shim
 # Reference: N plain TCP streams from the same file, the receiver's goodput from its first byte to
 # its last (the plugin runs report the same: uncompressed bytes delivered per second).
 cat > "$WORK/ref.py" <<'PY'
-import socket, sys, threading, time
+import os, select, socket, sys, threading, time
 mode, addr, port, n, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+per_thread = int(os.environ.get("REF_PER_THREAD", "1"))
 if mode == "recv":
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -94,7 +98,28 @@ if mode == "recv":
             t = time.monotonic()
             if first[i] is None: first[i] = t
             got[i] += k; last[i] = t
-    ts = [threading.Thread(target=rd, args=(i,)) for i in range(n)]
+    def rd_group(idx):
+        # NCCL's shape: one thread polls several non-blocking sockets.
+        bufs = {i: memoryview(bytearray(4 << 20)) for i in idx}
+        live = set(idx)
+        for i in idx: conns[i].setblocking(False)
+        while live:
+            ready = select.select([conns[i] for i in live], [], [], 1.0)[0]
+            for i in [i for i in live if conns[i] in ready]:
+                try:
+                    k = conns[i].recv_into(bufs[i])
+                except BlockingIOError:
+                    continue
+                if k <= 0:
+                    live.discard(i); continue
+                t = time.monotonic()
+                if first[i] is None: first[i] = t
+                got[i] += k; last[i] = t
+    if per_thread > 1:
+        ts = [threading.Thread(target=rd_group, args=(list(range(g, min(n, g + per_thread))),))
+              for g in range(0, n, per_thread)]
+    else:
+        ts = [threading.Thread(target=rd, args=(i,)) for i in range(n)]
     [t.start() for t in ts]; [t.join() for t in ts]
     t0 = min(f for f in first if f is not None); t1 = max(last)
     print("%.4f %d %s" % (sum(got) * 8 / (t1 - t0) / 1e9, sum(got), ",".join(str(g) for g in got)))
@@ -120,7 +145,27 @@ else:
         while time.monotonic() < end:
             s.sendall(views[i % len(views)]); i += 1
         s.close()
-    ts = [threading.Thread(target=wr, args=(s,)) for s in socks]
+    def wr_group(group):
+        pos = {s: [0, 0] for s in group}  # view index, offset in it
+        for s in group: s.setblocking(False)
+        while time.monotonic() < end:
+            moved = False
+            for s in group:
+                v = views[pos[s][0] % len(views)]
+                try:
+                    k = s.send(v[pos[s][1]:])
+                except BlockingIOError:
+                    continue
+                moved = True
+                pos[s][1] += k
+                if pos[s][1] == len(v): pos[s] = [pos[s][0] + 1, 0]
+            if not moved:
+                select.select([], group, [], 0.1)
+        for s in group: s.close()
+    if per_thread > 1:
+        ts = [threading.Thread(target=wr_group, args=(socks[g:g + per_thread],)) for g in range(0, n, per_thread)]
+    else:
+        ts = [threading.Thread(target=wr, args=(s,)) for s in socks]
     [t.start() for t in ts]; [t.join() for t in ts]
 PY
 
@@ -149,21 +194,31 @@ unset ZIPCCL_SOCKET_NTHREADS ZIPCCL_NSOCKS_PERTHREAD
 PRE="$WORK/flowcap_shim.so"
 PY=$(python3 -c "import sys; print(sys.executable)")  # the interpreter itself, not a pyenv shim
 
+# run_ref ROUND NAME PER_THREAD: PER_THREAD 1 gives every stream a blocking thread of its own; more
+# gives NCCL's shape, NCCL_SOCKET_NTHREADS threads each polling its NCCL_NSOCKS_PERTHREAD sockets, which
+# is what zipccl's helper threads do. The two differ only where CPU is short: there, a thread per stream
+# takes a larger share of a loaded machine.
 run_ref() {
-  ip netns exec "$NS_R" env LD_PRELOAD="$PRE" "$PY" "$WORK/ref.py" recv $ADDR_R $PORT "$REF_STREAMS" "$SECONDS_" \
-    > "$WORK/ref.out" &
+  ip netns exec "$NS_R" env LD_PRELOAD="$PRE" REF_PER_THREAD="$3" "$PY" "$WORK/ref.py" recv $ADDR_R $PORT \
+    "$REF_STREAMS" "$SECONDS_" > "$WORK/ref.out" &
   local rpid=$!
-  ip netns exec "$NS_S" env LD_PRELOAD="$PRE" "$PY" "$WORK/ref.py" send $ADDR_R $PORT "$REF_STREAMS" "$SECONDS_" "$DATA"
+  ip netns exec "$NS_S" env LD_PRELOAD="$PRE" REF_PER_THREAD="$3" "$PY" "$WORK/ref.py" send $ADDR_R $PORT \
+    "$REF_STREAMS" "$SECONDS_" "$DATA"
   wait $rpid
   read -r gbps _ per < "$WORK/ref.out"
-  echo "  round $1 reference: $gbps Gbit/s ($REF_STREAMS streams, bytes per stream $per)"
-  echo "{\"round\":$1,\"run\":\"ref\",\"gbps\":$gbps,\"streams\":$REF_STREAMS}" >> "$WORK/runs.jsonl"
+  echo "  round $1 $2: $gbps Gbit/s ($REF_STREAMS streams, $3 per thread, bytes per stream $per)"
+  echo "{\"round\":$1,\"run\":\"$2\",\"gbps\":$gbps,\"streams\":$REF_STREAMS}" >> "$WORK/runs.jsonl"
+}
+run_refs() {
+  run_ref "$1" ref 1
+  if [ "$ns" -gt 1 ]; then run_ref "$1" ref-nccl "$ns"; fi
 }
 # Where NCCL would use one stream, `zipccl perf`'s own plain TCP stream (C++, the same two processes,
 # every byte checked) is a second reference ("tcp"); with more streams it has too few.
 BASELINE=--no-baseline
 [ "$REF_STREAMS" -eq 1 ] && BASELINE=""
 run_zipccl() {
+  [ "$MODES" = none ] && return 0
   LD_PRELOAD="$PRE" "$BIN" perf --netns "$NS_R,$NS_S" --addr $ADDR_R --ifname "${P}_" $BASELINE \
     --modes "$MODES" --data "$DATA" --seconds "$SECONDS_" --repeat 1 --json "$WORK/z.jsonl" ${FLOWCAP_PERF_ARGS:-} \
     > "$WORK/z.out"
@@ -190,7 +245,7 @@ PY
 }
 
 for ((round = 1; round <= REPEAT; round++)); do
-  if ((round % 2)); then run_ref "$round"; run_zipccl "$round"; else run_zipccl "$round"; run_ref "$round"; fi
+  if ((round % 2)); then run_refs "$round"; run_zipccl "$round"; else run_zipccl "$round"; run_refs "$round"; fi
 done
 [ -n "$JSON" ] && cat "$WORK/runs.jsonl" >> "$JSON"
 
@@ -203,15 +258,17 @@ med = {k: statistics.median(x["gbps"] for x in v) for k, v in by.items()}
 ref = med.get("ref", 0)
 print("\nmedians (Gbit/s of uncompressed data; per round: %s)" % "; ".join(
     "%s %s" % (k, "/".join("%.3f" % x["gbps"] for x in v)) for k, v in by.items()))
-print("| NTHREADS x NSOCKS | flow cap | link | ref streams | ref | perf TCP | never | always | auto | never/ref | always/ref | auto/never | ratio | auto compressed |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| NTHREADS x NSOCKS | flow cap | link | ref streams | ref | ref, NCCL's threads | perf TCP | never | always | auto | never/ref | always/ref | auto/never | never/ref NCCL's threads | ratio | auto compressed |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 def g(k): return med.get(k, float("nan"))
 ratio = statistics.median(x["ratio"] for x in by["always"]) if "always" in by else float("nan")
-print("| %s x %s | %s | %s | %s | %.3f | %s | %.3f | %.3f | %.3f | %.3f | %.2fx | %.3f | %.3f | %s |" % (
+if "never" not in by: sys.exit(0)
+print("| %s x %s | %s | %s | %s | %.3f | %s | %s | %.3f | %.3f | %.3f | %.3f | %.2fx | %.3f | %s | %.3f | %s |" % (
     sys.argv[5], sys.argv[6], sys.argv[3], sys.argv[4], sys.argv[2], ref,
+    "%.3f" % med["ref-nccl"] if "ref-nccl" in med else "-",
     "%.3f" % med["tcp"] if "tcp" in med else "-", g("never"), g("always"), g("auto"),
     g("never") / ref if ref else float("nan"), g("always") / ref if ref else float("nan"),
-    g("auto") / g("never"), ratio, ", ".join("%d/%d" % (x["compressed"], x["messages"]) for x in by.get("auto", []))))
+    g("auto") / g("never"), "%.3f" % (g("never") / med["ref-nccl"]) if "ref-nccl" in med else "-", ratio, ", ".join("%d/%d" % (x["compressed"], x["messages"]) for x in by.get("auto", []))))
 bad = [r for r in runs if r.get("exact") is False]
 if bad: print("NOT BIT-EXACT:", bad); sys.exit(1)
 PY

@@ -5,7 +5,8 @@
  *   cc -O2 -shared -fPIC -o flowcap_shim.so tools/flowcap_shim.c -ldl
  *   FLOWCAP_RATE=1gbit LD_PRELOAD=$PWD/flowcap_shim.so PROGRAM ...
  *
- * FLOWCAP_RATE: bytes per second as a plain number, or a number with a kbit/mbit/gbit suffix (bits).
+ * FLOWCAP_RATE: bytes per second as a plain number, or a number with a kbit/mbit/gbit suffix (bits);
+ * or a comma list of such rates, taken in turn by the sockets as they are made.
  * Unset, empty or malformed: the shim does nothing (a malformed value says so once on stderr).
  * Covers socket() (connecting sides) and accept()/accept4() (accepted sockets send too). */
 #define _GNU_SOURCE
@@ -21,38 +22,65 @@
 #define SO_MAX_PACING_RATE 47
 #endif
 
-static unsigned long long flowcap_rate(void) {
-  static int parsed = 0;
-  static unsigned long long rate = 0;
-  if (parsed) return rate;
-  parsed = 1;
-  const char* v = getenv("FLOWCAP_RATE");
-  if (!v || !*v) return 0;
+#define FLOWCAP_MAX_RATES 16
+
+/* FLOWCAP_RATE may list several rates ("500mbit,125mbit"): the process's TCP sockets take them in
+ * turn, in the order they are made, so some flows are slower than others, as flows that hash onto a
+ * congested path of a multipath fabric are. */
+static unsigned long long rates[FLOWCAP_MAX_RATES];
+static int nrates = -1;
+
+static int parse_rate(const char* v, size_t n, unsigned long long* out) {
+  char buf[64];
+  if (n == 0 || n >= sizeof buf) return 0;
+  memcpy(buf, v, n);
+  buf[n] = 0;
   char* end = NULL;
-  double x = strtod(v, &end);
+  double x = strtod(buf, &end);
   double mul = 1;
   if (end && *end) {
     if (!strcasecmp(end, "kbit")) mul = 1e3 / 8;
     else if (!strcasecmp(end, "mbit")) mul = 1e6 / 8;
     else if (!strcasecmp(end, "gbit")) mul = 1e9 / 8;
-    else x = -1;
+    else return 0;
   }
-  if (end == v || !(x > 0)) {
-    fprintf(stderr, "flowcap_shim: FLOWCAP_RATE='%s' is not a rate; not capping\n", v);
-    return 0;
+  if (end == buf || !(x > 0)) return 0;
+  *out = (unsigned long long)(x * mul);
+  return 1;
+}
+
+static unsigned long long flowcap_rate(void) {
+  static unsigned long next = 0;
+  if (nrates < 0) {
+    nrates = 0;
+    const char* v = getenv("FLOWCAP_RATE");
+    if (!v || !*v) return 0;
+    for (const char* p = v; nrates < FLOWCAP_MAX_RATES;) {
+      const char* c = strchr(p, ',');
+      size_t n = c ? (size_t)(c - p) : strlen(p);
+      if (!parse_rate(p, n, &rates[nrates])) {
+        fprintf(stderr, "flowcap_shim: FLOWCAP_RATE='%s' is not a rate or a list of rates; not capping\n", v);
+        nrates = 0;
+        return 0;
+      }
+      ++nrates;
+      if (!c) break;
+      p = c + 1;
+    }
   }
-  rate = (unsigned long long)(x * mul);
-  return rate;
+  if (nrates == 0) return 0;
+  return rates[__atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % (unsigned long)nrates];
 }
 
 static void flowcap_apply(int fd) {
-  unsigned long long rate = flowcap_rate();
-  if (fd < 0 || rate == 0) return;
+  if (fd < 0) return;
   int type = 0, proto = 0;
   socklen_t len = sizeof type;
   if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) return;
   len = sizeof proto;
   if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) != 0 || proto != IPPROTO_TCP) return;
+  unsigned long long rate = flowcap_rate();
+  if (rate == 0) return;
   /* The kernel takes a u32 (or, since 5.x, a u64) in bytes per second; clamp to u32. */
   unsigned int r32 = rate > 0xffffffffull ? 0xffffffffu : (unsigned int)rate;
   setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &r32, sizeof r32);

@@ -25,8 +25,6 @@ size_t header_and_index_bytes(const uint8_t* p) {
 
 }  // namespace
 
-const char* const kShrank = "the file shrank while it was read (truncated)";
-
 bool starts_with_frame(const uint8_t* p, size_t n) {
   return n >= sizeof kMagic && p[0] == kMagic[0] && p[1] == kMagic[1] && p[2] == kMagic[2] && p[3] == kMagic[3];
 }
@@ -88,7 +86,7 @@ Slot* Pipeline::wait(uint64_t k, State s) {
   // The coder's slot k takes the output buffer of slot k-2.
   cv_.wait(lock, [&] { return failed_ || (state_[k % kSlots] == s && (s != kFilled || written_ + 2 > k)); });
   if (failed_) return nullptr;
-  slots_[k % kSlots].out = &out_[k % 2];
+  slots_[k % kSlots].buffer = &buffers_[k % 2];
   return &slots_[k % kSlots];
 }
 

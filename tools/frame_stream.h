@@ -19,14 +19,11 @@ namespace tools {
 // Input bytes per frame that `zipccl compress` writes by default. Large enough that per-frame costs
 // (a header, a pipeline hand-off) vanish and the codec runs at its whole-buffer speed; small enough
 // that the pipeline's three slots take about 45 MiB and fill and drain quickly. Measured against 4,
-// 16 and 32 MiB in BENCHMARKS.md ("The tool streams").
+// 16 and 32 MiB in docs/benchmarks-journal.md ("The tool streams").
 constexpr size_t kDefaultFrameInput = size_t{8} << 20;
 
 // True when the first bytes of `p` are a frame's magic number: a stream, not raw data.
 bool starts_with_frame(const uint8_t* p, size_t n);
-
-// The message of a mapped input that lost bytes (InputBytes::lost) while a stage used them.
-extern const char* const kShrank;
 
 // Reads a stream one frame at a time, taking exactly the frame's bytes (no read-ahead to carry
 // over), so that any sequence of valid frames of any sizes is accepted.
@@ -50,9 +47,9 @@ class FrameReader {
 // One unit of work in the pipeline: input bytes, and the bytes coded from them.
 struct Slot {
   InputBytes in;
-  AlignedBuffer* out = nullptr;  // where to code into: one of the pipeline's two (Pipeline::run)
+  AlignedBuffer* buffer = nullptr;  // what the coder writes into: one of the pipeline's two (Pipeline::run)
   size_t in_len = 0;
-  const uint8_t* result = nullptr;  // the coded bytes: into `out`, or `gpu_frame`
+  const uint8_t* result = nullptr;  // the coded bytes: in `buffer`, or in `gpu_frame`
   size_t result_len = 0;
   std::vector<uint8_t> gpu_frame;
   uint64_t index = 0;   // the frame's position in the stream
@@ -91,8 +88,8 @@ class Pipeline {
   std::condition_variable cv_;
   Slot slots_[kSlots];
   State state_[kSlots] = {kFree, kFree, kFree};
-  AlignedBuffer out_[2];
-  uint64_t written_ = 0;  // slots the writer has finished
+  AlignedBuffer buffers_[2];  // the coder's outputs, taken in turn
+  uint64_t written_ = 0;      // slots the writer has finished
   bool failed_ = false;
   std::string why_;
   int wake_[2] = {-1, -1};

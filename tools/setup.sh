@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build needs (Debian, as root; skipped when already present) and builds zipccl
-# into build/ (Release). Sourced by demo.sh and test.sh; safe to run again.
+# into build/ (Release): everything, or only the targets a caller names in ZIPCCL_BUILD_TARGETS
+# (demo.sh: the tool and the plugin). Sourced by demo.sh and test.sh; safe to run again.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -55,4 +56,4 @@ if ! cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$log" 2>&1; then
   exit 1
 fi
 rm -f "$log"
-cmake --build build -j"$JOBS"
+cmake --build build -j"$JOBS" ${ZIPCCL_BUILD_TARGETS[*]:+--target ${ZIPCCL_BUILD_TARGETS[*]}}

@@ -16,6 +16,9 @@
 
 namespace zipccl {
 namespace tools {
+
+const char* const kShrank = "the file shrank while it was read (truncated)";
+
 namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
@@ -91,7 +94,7 @@ void free_guard(int i) {
 // Faults [p, p + n) in on the calling thread, the reader, so that the coder finds the pages mapped.
 // EFAULT (the file is shorter than the mapping) marks the window lost; without the madvise (Linux
 // before 5.14) one read per page does the same work, a SIGBUS there going to the handler.
-// The fallback runs as fast here (fault-around maps 16 pages a fault; BENCHMARKS.md section 8).
+// The fallback runs as fast here (fault-around maps 16 pages a fault; docs/benchmarks-journal.md section 8).
 void populate(uint8_t* p, size_t n, int guard) {
   static std::atomic<bool> no_madvise{false};
   if (!no_madvise.load(std::memory_order_relaxed)) {

@@ -45,7 +45,7 @@ class InputBytes {
   bool mapped() const { return map_ != nullptr; }
   // True when the file shrank under the mapping, so that some of these bytes no longer exist: they
   // read as zeros instead of raising SIGBUS, and whatever was made of them must be discarded.
-  bool lost() const;
+  bool lost() const;  // what a stage then reports: kShrank
   // Gives the pages holding bytes [0, n) a private copy: a write to the file can no longer change
   // them. For a frame's header and block index, which decode() validates and then reads again.
   void make_private(size_t n);
@@ -63,9 +63,12 @@ class InputBytes {
   uint64_t start_ = 0;  // the input offset of data()[0]
 };
 
+// The message of input bytes that were lost (InputBytes::lost) while a stage used them.
+extern const char* const kShrank;
+
 // The input: a named file or stdin ("-"). A named regular file is mapped (InputBytes), so that no
-// thread copies it out of the page cache (BENCHMARKS.md section 8); stdin is read with read(2), not
-// pread, since it may be a regular file whose offset a caller has already moved
+// thread copies it out of the page cache (docs/benchmarks-journal.md section 8); stdin is read with
+// read(2), not pread, since it may be a regular file whose offset a caller has already moved
 // (`(head -c 100; zipccl compress -) < f`).
 class InputFile {
  public:

@@ -4,7 +4,7 @@
 // first set's and every output with the input. Prints each set's best GB/s by the thread's CPU time
 // and by the wall clock: on a shared machine the wall clock also counts the time other processes
 // held the core, the CPU time only this thread's (cache and memory contention still count).
-// A benchmark, not a test (BENCHMARKS.md section 6 has its figures); exit 1 on any mismatch.
+// A benchmark, not a test (BENCHMARKS.md section 1 has its figures); exit 1 on any mismatch.
 #include <time.h>
 
 #include <algorithm>

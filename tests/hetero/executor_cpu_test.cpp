@@ -225,7 +225,7 @@ TEST(HeteroExecutorCpu, HelpersDeliverTheReference) {
   const BoundaryPlan plan = plan_forward(layout, 0, batch, PlanOptions{Strategy::scatter_allgather});
   std::int64_t helper_sent = 0;  // rank 1 holds sample 0 and is a member of the party receiving it
   for (const Transfer& t : plan.phases[1]) helper_sent += t.src == 1 ? t.rows.size() : 0;
-  EXPECT_EQ(helper_sent, 144);  // 720 - 576: BENCHMARKS.md section 3
+  EXPECT_EQ(helper_sent, 144);  // 720 - 576: docs/benchmarks-journal.md section 3
   World w = make_world(layout, plan, batch, 7);
   execute_cpu(plan, w.buffers, 2);
   EXPECT_EQ(check_arrived(layout, plan, batch, w, 7), "");

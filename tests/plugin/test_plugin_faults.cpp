@@ -340,6 +340,36 @@ TEST_F(Garbage, ChunkSizeThatWouldOverflowThePieceCount) {
   expect_rejected(4096);
 }
 
+TEST_F(Garbage, PieceMapNamingAStreamThatDoesNotExist) {
+  RawPeer p;
+  accept_raw(&p, 2);
+  zn::MsgHeader h{};
+  h.magic = zn::kHeaderMagic;
+  h.flags = 0;  // split over the data streams: the piece map follows the header
+  h.payload_len = 100;
+  h.chunk = 50;
+  zn::FrameMeta m = zn::make_frame(zn::FrameKind::kRaw, 0, 100, 100);
+  std::memcpy(h.meta, &m, sizeof m);
+  ASSERT_TRUE(p.send_all(&h, sizeof h));
+  const uint8_t map[2] = {1, 2};  // streams 0 and 1 exist
+  ASSERT_TRUE(p.send_all(map, sizeof map));
+  expect_rejected(4096);
+}
+
+TEST_F(Garbage, MorePiecesThanTheStreamsMayCarry) {
+  RawPeer p;
+  accept_raw(&p, 2);
+  zn::MsgHeader h{};
+  h.magic = zn::kHeaderMagic;
+  h.flags = 0;
+  h.payload_len = 100;
+  h.chunk = 1;  // 100 pieces over 2 streams
+  zn::FrameMeta m = zn::make_frame(zn::FrameKind::kRaw, 0, 100, 100);
+  std::memcpy(h.meta, &m, sizeof m);
+  ASSERT_TRUE(p.send_all(&h, sizeof h));
+  expect_rejected(4096);
+}
+
 TEST_F(Garbage, OutOfSequence) {
   RawPeer p;
   accept_raw(&p);

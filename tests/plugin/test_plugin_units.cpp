@@ -14,6 +14,7 @@
 #include "layer/policy.h"
 #include "socket/socket_iface.h"
 #include "socket/socket_plan.h"
+#include "socket/socket_streams.h"
 
 using namespace zipccl::net;
 namespace units = zipccl::units;
@@ -22,6 +23,10 @@ namespace {
 bool choose(Policy& p, size_t n) {
   bool sample = false;
   return p.choose(n, &sample);
+}
+// The connection's first stretch, raw and measured (compression waits for it): `seconds` per message.
+void deliver_raw(Policy& p, double seconds = 0.05) {
+  for (int i = 0; i < Policy::kStretchMessages; ++i) p.on_delivered(4 << 20, false, seconds);
 }
 }  // namespace
 
@@ -268,13 +273,16 @@ TEST(Policy, CompressesOnSlowLinksOnly) {
   // 1 Gbit/s link (pinned), codec at 1 GB/s, ratio 0.69: compression wins.
   Policy slow(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
   slow.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  deliver_raw(slow);
   EXPECT_TRUE(choose(slow, 4 << 20));
   // 40 GB/s link: the codec is the bottleneck, raw wins.
   Policy fast(CompressMode::kAuto, 0, 40e9, false, 1, 1 << 20);
   fast.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  deliver_raw(fast);
   EXPECT_FALSE(choose(fast, 4 << 20));
   // Incompressible data on a slow link: raw.
   Policy noise(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
+  deliver_raw(noise);
   for (int i = 0; i < 20; ++i) noise.on_encoded(1 << 20, 1 << 20, 1e-3);
   EXPECT_FALSE(choose(noise, 4 << 20));
 }
@@ -282,6 +290,7 @@ TEST(Policy, CompressesOnSlowLinksOnly) {
 TEST(Policy, FollowsTheMeasuredLink) {
   Policy p(CompressMode::kAuto, 0, 40e9, true, 1, 1 << 20);
   p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  deliver_raw(p);
   EXPECT_FALSE(choose(p, 4 << 20));
   for (int i = 0; i < 40; ++i) p.on_link(125000000, 1.0);  // the link turns out to be 1 Gbit/s
   EXPECT_TRUE(choose(p, 4 << 20));
@@ -290,6 +299,7 @@ TEST(Policy, FollowsTheMeasuredLink) {
 TEST(Policy, NothingCompressedBeforeCodecAndLinkAreMeasured) {
   // The interface claims 1 Gbit/s, but nothing has been measured yet.
   Policy p(CompressMode::kAuto, 0, 125e6, true, 1, 16);
+  deliver_raw(p);
   bool sample = false;
   EXPECT_FALSE(p.choose(4 << 20, &sample));
   EXPECT_TRUE(sample);  // the first message measures the codec
@@ -302,6 +312,7 @@ TEST(Policy, NothingCompressedBeforeCodecAndLinkAreMeasured) {
   EXPECT_TRUE(choose(p, 4 << 20));
   // A pinned link needs only the codec measurement.
   Policy pinned(CompressMode::kAuto, 0, 125e6, false, 1, 16);
+  deliver_raw(pinned);
   EXPECT_FALSE(choose(pinned, 4 << 20));
   pinned.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
   EXPECT_TRUE(choose(pinned, 4 << 20));
@@ -311,6 +322,7 @@ TEST(Policy, BriefLinkDipsDoNotSwitchToCompression) {
   // A 12 Gbit/s "link" whose pace is really the receiver's CPU: it dips when that CPU is taken.
   Policy p(CompressMode::kAuto, 0, 1.25e9, true, 1, 1 << 20);
   p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  deliver_raw(p);
   for (int i = 0; i < 20; ++i) p.on_link(1500000000, 1.0);
   EXPECT_FALSE(choose(p, 4 << 20));
   for (int i = 0; i < Policy::kLinkWindow - 1; ++i) {
@@ -342,11 +354,101 @@ TEST(Policy, SamplesTheCodecWhileRawWithBackoff) {
   // While compressing there is nothing to sample: every compressed message measures the codec.
   Policy slow(CompressMode::kAuto, 0, 125e6, false, 1, 4);
   slow.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  deliver_raw(slow);
   for (int i = 0; i < 100; ++i) {
     bool sample = true;
     EXPECT_TRUE(slow.choose(4 << 20, &sample));
     EXPECT_FALSE(sample);
   }
+}
+
+TEST(Policy, FirstStretchIsRawAndMeasured) {
+  // The model wants compression at once (1 Gbit/s pinned, fast codec), but there is no raw figure to
+  // check it against yet: the connection's first kStretchMessages messages go raw.
+  Policy p(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
+  p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  for (int i = 0; i < Policy::kStretchMessages; ++i) {
+    bool sample = false;
+    EXPECT_FALSE(p.choose(4 << 20, &sample)) << i;
+    p.on_delivered(4 << 20, false, 0.05);
+  }
+  EXPECT_NEAR(p.delivered_raw_bps(), (4 << 20) / 0.05, 1);
+  EXPECT_TRUE(choose(p, 4 << 20));
+}
+
+namespace {
+// One stretch of messages through the policy: each is chosen, then completes after `seconds`; returns how
+// many the policy compressed.
+int stretch(Policy& p, double seconds, int messages = Policy::kWarmMessages + Policy::kStretchMessages) {
+  int compressed = 0;
+  for (int i = 0; i < messages; ++i) {
+    bool sample = false;
+    bool c = p.choose(4 << 20, &sample);
+    compressed += c ? 1 : 0;
+    p.on_delivered(4 << 20, c, seconds);
+  }
+  return compressed;
+}
+constexpr int kStretch = Policy::kWarmMessages + Policy::kStretchMessages;
+}  // namespace
+
+TEST(Policy, CompressionThatDeliversLessIsHeldOff) {
+  // The model says compress (1 Gbit/s pinned, fast codec), but compressed messages take 60 ms each
+  // against 50 ms raw: the receiver's decode or the CPUs, which the model does not see.
+  Policy p(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
+  p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  deliver_raw(p, 0.05);
+  EXPECT_EQ(stretch(p, 0.06), kStretch);  // compressing, and losing
+  EXPECT_EQ(p.held_raw(), Policy::kFirstHold);
+  EXPECT_EQ(stretch(p, 0.05, Policy::kWarmMessages + Policy::kFirstHold * Policy::kStretchMessages), 0);
+  EXPECT_EQ(p.held_raw(), 0);
+  EXPECT_EQ(stretch(p, 0.06), kStretch);  // tried again, loses again: the hold doubles
+  EXPECT_EQ(p.held_raw(), 2 * Policy::kFirstHold);
+  EXPECT_EQ(stretch(p, 0.05, Policy::kWarmMessages + 2 * Policy::kFirstHold * Policy::kStretchMessages), 0);
+  EXPECT_EQ(p.held_raw(), 0);
+  // Then it wins (the load went away): compression stays on.
+  EXPECT_EQ(stretch(p, 0.03), kStretch);
+  EXPECT_EQ(p.held_raw(), 0);
+  EXPECT_EQ(stretch(p, 0.03), kStretch);
+  EXPECT_NEAR(p.delivered_compressed_bps(), (4 << 20) / 0.03, 1);
+}
+
+TEST(Policy, RawStretchesSlowedByOtherWorkDoNotMakeCompressionLookGood) {
+  Policy p(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
+  p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  deliver_raw(p, 0.05);
+  EXPECT_EQ(stretch(p, 0.06), kStretch);  // loses
+  // The held raw stretches run while another job takes the CPUs: 100 ms per message.
+  EXPECT_EQ(stretch(p, 0.10, Policy::kWarmMessages + Policy::kFirstHold * Policy::kStretchMessages), 0);
+  EXPECT_NEAR(p.delivered_raw_bps(), (4 << 20) / 0.05, 1);  // the best recent raw stretch
+  EXPECT_EQ(stretch(p, 0.06), kStretch);
+  EXPECT_EQ(p.held_raw(), 2 * Policy::kFirstHold);  // still losing against what raw can do
+}
+
+TEST(Policy, CompressionThatWinsKeepsTheRawFigureCurrent) {
+  Policy p(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
+  p.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  deliver_raw(p, 0.05);
+  int compressed = 0;
+  for (int i = 0; i < 10000; ++i) {
+    bool sample = false;
+    if (!p.choose(4 << 20, &sample)) break;
+    ++compressed;
+    p.on_delivered(4 << 20, true, 0.04);
+  }
+  // kRawRefresh compressing stretches (after the new stretch's warm-up), then one raw stretch.
+  EXPECT_EQ(compressed, Policy::kWarmMessages + Policy::kRawRefresh * Policy::kStretchMessages);
+  EXPECT_EQ(stretch(p, 0.05), 0);
+  EXPECT_EQ(stretch(p, 0.04), kStretch);
+  // Completions of the other kind (the previous stretch's messages still in flight) do not count.
+  Policy q(CompressMode::kAuto, 0, 125e6, false, 1, 1 << 20);
+  q.on_encoded(1 << 20, (1 << 20) * 69 / 100, (1 << 20) / 1e9);
+  deliver_raw(q, 0.05);
+  bool sample = false;
+  ASSERT_TRUE(q.choose(4 << 20, &sample));
+  for (int i = 0; i < 100; ++i) q.on_delivered(4 << 20, false, 1.0);
+  EXPECT_NEAR(q.delivered_raw_bps(), (4 << 20) / 0.05, 1);
+  EXPECT_EQ(q.delivered_compressed_bps(), 0);
 }
 
 TEST(Policy, ModesAndMinBytes) {
@@ -355,6 +457,77 @@ TEST(Policy, ModesAndMinBytes) {
   EXPECT_FALSE(choose(always, 999));
   Policy never(CompressMode::kNever, 0, 1e6, true, 1, 16);
   EXPECT_FALSE(choose(never, 4 << 20));
+}
+
+TEST(SocketPieces, EvenBacklogsGetTheRoundRobin) {
+  const uint64_t zero[4] = {};
+  const double unmeasured[4] = {};
+  uint8_t map[8];
+  assign_pieces(zero, unmeasured, 4, 8, 100, 800, 1, map);
+  const uint8_t want[8] = {1, 2, 3, 0, 1, 2, 3, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(map[i], want[i]) << i;
+}
+
+TEST(SocketPieces, AStreamThatFellBehindGetsLess) {
+  // Stream 2 still holds 300 bytes (a slower flow): the other streams take its share of the message.
+  const uint64_t backlog[4] = {0, 0, 300, 0};
+  const double unmeasured[4] = {};
+  uint8_t map[8];
+  assign_pieces(backlog, unmeasured, 4, 8, 100, 750, 0, map);
+  int per[4] = {};
+  for (int i = 0; i < 8; ++i) ++per[map[i]];
+  EXPECT_EQ(per[2], 0);
+  EXPECT_EQ(per[0] + per[1] + per[3], 8);
+  EXPECT_LE(per[0], 3);
+  // The short last piece (50 bytes) counts as 50.
+  const uint64_t even[2] = {0, 0};
+  uint8_t m2[3];
+  assign_pieces(even, unmeasured, 2, 3, 100, 250, 0, m2);
+  EXPECT_EQ(m2[0], 0);
+  EXPECT_EQ(m2[1], 1);
+  EXPECT_EQ(m2[2], 0);
+  // One stream: every piece on it.
+  const uint64_t one[1] = {12345};
+  uint8_t m3[1] = {9};
+  assign_pieces(one, unmeasured, 1, 1, 100, 100, 7, m3);
+  EXPECT_EQ(m3[0], 0);
+}
+
+TEST(SocketPieces, AFasterStreamCarriesMore) {
+  // Stream 0 moves 4x what stream 1 does: of 10 equal pieces it takes 8, so both finish together.
+  const uint64_t zero[2] = {};
+  const double rate[2] = {4e6, 1e6};
+  uint8_t map[10];
+  assign_pieces(zero, rate, 2, 10, 100, 1000, 0, map);
+  int per[2] = {};
+  for (int i = 0; i < 10; ++i) ++per[map[i]];
+  EXPECT_EQ(per[0], 8);
+  EXPECT_EQ(per[1], 2);
+  // A stream not measured yet counts as the fastest.
+  const double partly[2] = {0, 1e6};
+  assign_pieces(zero, partly, 2, 10, 100, 1000, 0, map);
+  per[0] = per[1] = 0;
+  for (int i = 0; i < 10; ++i) ++per[map[i]];
+  EXPECT_EQ(per[0], 5);
+}
+
+TEST(SocketPieces, RatesCountOnlyWhileAStreamIsBusy) {
+  StreamRates r;
+  uint64_t moved[2] = {0, 0}, backlog[2] = {1000, 0};
+  r.update(moved, backlog, 2, 0.0);
+  moved[0] = 4000;
+  moved[1] = 50;  // stream 1 was idle: whatever it moved says nothing of its pace
+  backlog[1] = 10;
+  r.update(moved, backlog, 2, 0.001);
+  EXPECT_NEAR(r.rates()[0], 4e6, 1);
+  EXPECT_EQ(r.rates()[1], 0);
+  moved[0] = 8000;
+  moved[1] = 1050;
+  r.update(moved, backlog, 2, 0.002);
+  EXPECT_NEAR(r.rates()[0], 4e6, 1);
+  EXPECT_NEAR(r.rates()[1], 1e6, 1);
+  r.update(moved, backlog, 2, 0.0025);  // under a millisecond later: ignored
+  EXPECT_NEAR(r.rates()[0], 4e6, 1);
 }
 
 // NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD with NCCL's semantics (net_socket.cc,

@@ -97,7 +97,7 @@ struct DecodeOptions {
   // Writes the output around the caches (streaming stores, where the kernel set has them) whatever
   // its size; without it only outputs of 32 MiB and more are. For a caller that decodes frame after
   // frame into reused buffers that other traffic evicts before it reads them again: `zipccl
-  // decompress` of 8 MiB frames decoded 15% faster with it (BENCHMARKS.md section 8). Same bytes.
+  // decompress` of 8 MiB frames decoded 15% faster with it (docs/benchmarks-journal.md section 8). Same bytes.
   bool stream_out = false;
 };
 

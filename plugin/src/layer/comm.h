@@ -179,6 +179,7 @@ class SendComm {
     State state = State::kFree;
     bool device = false;
     bool tried = false;  // an encode was attempted (for raw_incompressible)
+    bool chosen = false;  // the policy chose to compress it (Policy::on_delivered)
     std::chrono::steady_clock::time_point gpu_t0;
     const char* data = nullptr;
     size_t size = 0;
@@ -233,6 +234,9 @@ class SendComm {
   uint64_t acc_bytes_ = 0;
   double acc_seconds_ = 0;
   void sample_link();
+  // Busy time for Policy::on_delivered: from the later of the last completion and the moment a
+  // message became outstanding on an idle comm.
+  std::chrono::steady_clock::time_point busy_from_;
 };
 
 class RecvComm {

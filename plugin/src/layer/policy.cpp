@@ -35,7 +35,12 @@ bool Policy::choose(size_t n, bool* sample) {
   *sample = false;
   if (n < min_bytes_ || mode_ == CompressMode::kNever) return false;
   if (mode_ == CompressMode::kAlways) return true;
-  bool want = predict_compress();
+  bool want = predict_compress() && delivered_raw_ > 0 && hold_left_ == 0 && !refresh_raw_;
+  if (want != stretch_compress_) {  // a new stretch; completions of the old one's messages are not its
+    stretch_compress_ = want;
+    stretch_msgs_ = 0;
+    stretch_bytes_ = stretch_seconds_ = 0;
+  }
   if (want != last_choice_) {
     probe_gap_ = probe_base_;  // decision changed: sample at the base rate again
     since_probe_ = 0;
@@ -61,6 +66,38 @@ void Policy::on_encoded(size_t n, size_t wire, double seconds) {
   }
   ratio_ += kAlpha * (r - ratio_);
   codec_bps_ += kAlpha * (bps - codec_bps_);
+}
+
+void Policy::on_delivered(size_t raw_bytes, bool compressed, double busy_seconds) {
+  if (mode_ != CompressMode::kAuto || compressed != stretch_compress_) return;
+  if (++stretch_msgs_ <= kWarmMessages) return;
+  stretch_bytes_ += static_cast<double>(raw_bytes);
+  stretch_seconds_ += busy_seconds > 0 ? busy_seconds : 0;
+  if (stretch_msgs_ < kWarmMessages + kStretchMessages || stretch_seconds_ < kStretchSeconds) return;
+  const double rate = stretch_bytes_ / stretch_seconds_;
+  stretch_msgs_ = kWarmMessages;  // the next stretch continues the same decision: nothing to drain
+  stretch_bytes_ = stretch_seconds_ = 0;
+  if (!stretch_compress_) {
+    raw_window_[raw_next_] = rate;
+    raw_next_ = (raw_next_ + 1) % kRawWindow;
+    delivered_raw_ = 0;
+    for (double v : raw_window_) delivered_raw_ = v > delivered_raw_ ? v : delivered_raw_;
+    refresh_raw_ = false;
+    if (hold_left_ > 0) --hold_left_;
+    return;
+  }
+  delivered_comp_ = rate;
+  if (rate < delivered_raw_ * kKeep) {
+    hold_left_ = hold_;
+    hold_ = hold_ * 2 < kMaxHold ? hold_ * 2 : kMaxHold;
+    compressed_stretches_ = 0;
+    return;
+  }
+  hold_ = kFirstHold;
+  if (++compressed_stretches_ >= kRawRefresh) {
+    refresh_raw_ = true;
+    compressed_stretches_ = 0;
+  }
 }
 
 void Policy::on_link(uint64_t bytes, double seconds) {

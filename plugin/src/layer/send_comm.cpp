@@ -121,6 +121,7 @@ bool SendComm::choose_compress(Req* r) {
     // runs for messages about to be encoded or sampled), so raw traffic costs what `never` costs.
     bool sample = false;
     bool want = policy_.choose(size, &sample);
+    r->chosen = want;
     codec::ElemType type = hint_type(s.dtype);
     if (r->device) {
       // The host cannot read device memory: the GPU codec detects the type (kAuto) and the message
@@ -180,6 +181,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
     return ncclInternalError;
   }
   if (free_.empty()) return ncclSuccess;  // NCCL retries
+  if (free_.size() == reqs_.size()) busy_from_ = Clock::now();  // the comm was idle
   int idx = free_.back();
   free_.pop_back();
   Req& r = reqs_[idx];
@@ -189,6 +191,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
   r.state = State::kActive;
   r.device = device;
   r.tried = false;
+  r.chosen = false;
   r.type = codec::ElemType::kAuto;
   r.next_post = 0;
   r.inflight = 0;
@@ -511,6 +514,9 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
   if (failed_) return ncclSystemError;
   ncclResult_t res = progress();
   if (res == ncclSuccess && r->state == State::kPosted && r->inflight == 0) {
+    auto now = Clock::now();
+    policy_.on_delivered(r->size, r->chosen, std::chrono::duration<double>(now - busy_from_).count());
+    busy_from_ = now;
     ++stats_->messages;
     stats_->link_gbps.store(policy_.link_bps() * 8e-9, std::memory_order_relaxed);
     stats_->bytes_in += r->size;

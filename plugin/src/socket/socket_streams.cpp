@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "socket/socket_wire.h"
 
 namespace zipccl {
 namespace net {
@@ -42,9 +43,59 @@ OpSlot* OpTable::get(int id) {
   return valid(id) ? &slots_[id] : nullptr;
 }
 
+void assign_pieces(const uint64_t* backlog, const double* rate, int nstreams, int npieces, uint64_t chunk,
+                   uint64_t len, int first, uint8_t* map) {
+  double fastest = 0;
+  for (int s = 0; s < nstreams; ++s) fastest = rate[s] > fastest ? rate[s] : fastest;
+  double load[kMaxStreams], pace[kMaxStreams];
+  for (int s = 0; s < nstreams; ++s) {
+    load[s] = static_cast<double>(backlog[s]);
+    pace[s] = rate[s] > 0 ? rate[s] : (fastest > 0 ? fastest : 1.0);
+  }
+  for (int i = 0; i < npieces; ++i) {
+    uint64_t off = static_cast<uint64_t>(i) * chunk;
+    double piece = static_cast<double>(len - off < chunk ? len - off : chunk);
+    int best = first % nstreams;
+    double best_t = (load[best] + piece) / pace[best];
+    for (int k = 1; k < nstreams; ++k) {
+      int s = (first + k) % nstreams;
+      double t = (load[s] + piece) / pace[s];
+      if (t < best_t) {
+        best = s;
+        best_t = t;
+      }
+    }
+    load[best] += piece;
+    map[i] = static_cast<uint8_t>(best);
+  }
+}
+
+void StreamRates::update(const uint64_t* moved, const uint64_t* backlog, int nstreams, double now_s) {
+  constexpr double kMinSpan = 1e-3;  // shorter looks are all noise
+  constexpr double kAlpha = 0.25;
+  if (nstreams > kMax) nstreams = kMax;
+  if (last_s_ >= 0 && now_s - last_s_ < kMinSpan) return;
+  for (int s = 0; s < nstreams; ++s) {
+    bool busy = backlog[s] > 0;
+    if (last_s_ >= 0 && last_busy_[s] && busy) {
+      double r = static_cast<double>(moved[s] - last_moved_[s]) / (now_s - last_s_);
+      rate_[s] = rate_[s] > 0 ? rate_[s] + kAlpha * (r - rate_[s]) : r;
+    }
+    last_moved_[s] = moved[s];
+    last_busy_[s] = busy;
+  }
+  last_s_ = now_s;
+}
+
 StreamThread::StreamThread(std::vector<int> fds, bool sending, std::atomic<int>* conn_error,
                            int io_timeout_ms)
     : fds_(fds), sending_(sending), conn_error_(conn_error), io_timeout_ms_(io_timeout_ms) {
+  backlog_.reset(new std::atomic<uint64_t>[fds.size()]);
+  sock_moved_.reset(new std::atomic<uint64_t>[fds.size()]);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    backlog_[i].store(0);
+    sock_moved_[i].store(0);
+  }
   for (int fd : fds) socks_.push_back(Sock{fd, {}, 0});
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   thread_ = std::thread([this] { run(); });
@@ -68,6 +119,7 @@ void StreamThread::enqueue(int local_index, const Piece& p) {
     }
     socks_[local_index].queue.push_back(p);
   }
+  backlog_[local_index].fetch_add(p.len, std::memory_order_relaxed);
   uint64_t one = 1;
   (void)!write(event_fd_, &one, sizeof one);
 }
@@ -78,10 +130,12 @@ void StreamThread::fail_all(const char* why, int err) {
   conn_error_->store(1);
   std::lock_guard<std::mutex> lock(mu_);
   failed_ = true;
-  for (Sock& s : socks_) {
+  for (size_t i = 0; i < socks_.size(); ++i) {
+    Sock& s = socks_[i];
     for (Piece& p : s.queue) p.op->error.store(1);
     s.queue.clear();
     s.offset = 0;
+    backlog_[i].store(0, std::memory_order_relaxed);
   }
 }
 
@@ -101,6 +155,8 @@ bool StreamThread::step(Sock* s, bool* failed) {
       if (n > 0) {
         s->offset += static_cast<size_t>(n);
         moved_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+        backlog_[s - socks_.data()].fetch_sub(static_cast<uint64_t>(n), std::memory_order_relaxed);
+        sock_moved_[s - socks_.data()].fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
         progressed = true;
         continue;
       }

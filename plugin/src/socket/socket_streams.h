@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -40,6 +41,31 @@ struct Piece {
   OpSlot* op;
 };
 
+// Which data stream carries each of the `npieces` pieces of a message (`chunk` bytes each, the last
+// `len` - (npieces-1)*chunk): each piece in turn goes to the stream that would finish it first, from
+// its queued bytes (`backlog[s]`, plus the pieces already placed) and its measured rate (`rate[s]`,
+// bytes/s; 0 = not measured yet, taken as the fastest measured); ties go to the first such stream
+// from `first` on. TCP flows that share a bottleneck, or hash onto different paths, rarely get equal
+// shares, and a message is done only when its last piece is: the fixed round robin NCCL uses paces
+// every stream at the slowest one's rate. `map` gets npieces entries.
+void assign_pieces(const uint64_t* backlog, const double* rate, int nstreams, int npieces, uint64_t chunk,
+                   uint64_t len, int first, uint8_t* map);
+
+// Per-stream send rates for assign_pieces: bytes a stream moved between two looks, counted only while
+// it had bytes queued at both (an idle stream's pace says nothing), smoothed.
+class StreamRates {
+ public:
+  void update(const uint64_t* moved, const uint64_t* backlog, int nstreams, double now_s);
+  const double* rates() const { return rate_; }
+
+ private:
+  static constexpr int kMax = 64;
+  double rate_[kMax] = {};
+  uint64_t last_moved_[kMax] = {};
+  bool last_busy_[kMax] = {};
+  double last_s_ = -1;
+};
+
 class StreamThread {
  public:
   // Takes ownership of `fds` (non-blocking sockets). `sending` picks the direction. Any failure sets
@@ -50,6 +76,9 @@ class StreamThread {
   StreamThread& operator=(const StreamThread&) = delete;
 
   void enqueue(int local_index, const Piece& p);
+  // Bytes queued on socket `local_index` and not yet handed to the kernel, and handed so far.
+  uint64_t backlog(int local_index) const { return backlog_[local_index].load(std::memory_order_relaxed); }
+  uint64_t moved(int local_index) const { return sock_moved_[local_index].load(std::memory_order_relaxed); }
   // Bytes this thread has moved through its sockets so far.
   uint64_t bytes_moved() const { return moved_.load(std::memory_order_relaxed); }
   const std::vector<int>& fds() const { return fds_; }
@@ -74,6 +103,8 @@ class StreamThread {
   std::mutex mu_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> moved_{0};
+  std::unique_ptr<std::atomic<uint64_t>[]> backlog_;     // per socket
+  std::unique_ptr<std::atomic<uint64_t>[]> sock_moved_;  // per socket
   std::atomic<bool> failed_{false};
   std::thread thread_;
 };

@@ -85,9 +85,11 @@ std::vector<std::unique_ptr<StreamThread>> make_threads(const std::vector<int>& 
   return threads;
 }
 
-// Pieces of a split message: chunk size from the length and the stream count.
+// Pieces of a split message: kPiecesPerStream per stream where there are several streams (so that a
+// faster stream can take more of them), none smaller than ZIPCCL_MIN_CHUNK_BYTES.
 uint64_t chunk_for(uint64_t len, int nstreams) {
-  uint64_t per = (len + nstreams - 1) / nstreams;
+  uint64_t pieces = nstreams > 1 ? static_cast<uint64_t>(nstreams) * kPiecesPerStream : 1;
+  uint64_t per = (len + pieces - 1) / pieces;
   uint64_t min_chunk = settings().min_chunk_bytes;
   return per < min_chunk ? min_chunk : per;
 }
@@ -109,15 +111,15 @@ class SocketConn {
     close(ctrl_);
   }
 
-  // Queues the pieces of a split message: piece i (`chunk` bytes, the last one shorter) goes on
-  // stream (seq + i) % nstreams. The op's pending count (pieces + `extra`) is set before any helper
-  // thread can see a piece.
-  void enqueue_pieces(char* p, uint64_t len, uint64_t chunk, uint64_t seq, OpSlot* slot, int extra) {
+  // Queues the pieces of a split message: piece i (`chunk` bytes, the last one shorter) goes on data
+  // stream map[i]. The op's pending count (pieces + `extra`) is set before any helper thread can see a
+  // piece.
+  void enqueue_pieces(char* p, uint64_t len, uint64_t chunk, const uint8_t* map, OpSlot* slot, int extra) {
     int npieces = static_cast<int>((len + chunk - 1) / chunk);
     slot->pending.store(npieces + extra);
     for (int i = 0; i < npieces; ++i) {
       uint64_t off = static_cast<uint64_t>(i) * chunk;
-      int s = static_cast<int>((seq + i) % nstreams_);
+      int s = map[i];
       threads_[s / per_thread_]->enqueue(s % per_thread_,
                                          Piece{p + off, std::min<uint64_t>(chunk, len - off), slot});
     }
@@ -169,6 +171,8 @@ class SocketSendConn final : public SendConn, private SocketConn {
     std::memcpy(item.hdr.meta, meta, kMetaBytes);
     item.op = slot;
     bool split = len > settings().inline_bytes && nstreams_ > 0;
+    uint8_t map[kMaxPieces];
+    int npieces = 0;
     if (!split) {
       item.hdr.flags = kFlagInline;
       item.payload = static_cast<const char*>(payload);
@@ -177,9 +181,22 @@ class SocketSendConn final : public SendConn, private SocketConn {
     } else {
       uint64_t chunk = chunk_for(len, nstreams_);
       item.hdr.chunk = chunk;
-      enqueue_pieces(static_cast<char*>(const_cast<void*>(payload)), len, chunk, seq_, slot, 1);
+      npieces = static_cast<int>((len + chunk - 1) / chunk);
+      uint64_t backlog[kMaxStreams], moved[kMaxStreams];
+      for (int s = 0; s < nstreams_; ++s) {
+        backlog[s] = threads_[s / per_thread_]->backlog(s % per_thread_);
+        moved[s] = threads_[s / per_thread_]->moved(s % per_thread_);
+      }
+      rates_.update(moved, backlog, nstreams_,
+                    std::chrono::duration<double>(Clock::now().time_since_epoch()).count());
+      assign_pieces(backlog, rates_.rates(), nstreams_, npieces, chunk, len, static_cast<int>(seq_ % nstreams_),
+                    map);
+      enqueue_pieces(static_cast<char*>(const_cast<void*>(payload)), len, chunk, map, slot, 1);
     }
-    wire_ += sizeof(MsgHeader) + len;
+    std::memcpy(item.prefix, &item.hdr, sizeof(MsgHeader));
+    std::memcpy(item.prefix + sizeof(MsgHeader), map, static_cast<size_t>(npieces));
+    item.prefix_len = sizeof(MsgHeader) + static_cast<size_t>(npieces);
+    wire_ += item.prefix_len + len;
     ++seq_;
     ctrl_queue_.push_back(item);
     ZIPCCL_CHECK(progress());
@@ -220,6 +237,8 @@ class SocketSendConn final : public SendConn, private SocketConn {
  private:
   struct CtrlItem {
     MsgHeader hdr;
+    char prefix[sizeof(MsgHeader) + kMaxPieces];  // the header and the piece map, as sent
+    size_t prefix_len;
     const char* payload;
     size_t payload_len;
     size_t sent;
@@ -230,15 +249,15 @@ class SocketSendConn final : public SendConn, private SocketConn {
     if (error_.load()) return ncclSystemError;
     while (!ctrl_queue_.empty()) {
       CtrlItem& it = ctrl_queue_.front();
-      size_t total = sizeof(MsgHeader) + it.payload_len;
+      size_t total = it.prefix_len + it.payload_len;
       while (it.sent < total) {
         iovec iov[2];
         int n = 0;
-        if (it.sent < sizeof(MsgHeader)) {
-          iov[n++] = {reinterpret_cast<char*>(&it.hdr) + it.sent, sizeof(MsgHeader) - it.sent};
+        if (it.sent < it.prefix_len) {
+          iov[n++] = {it.prefix + it.sent, it.prefix_len - it.sent};
           if (it.payload_len) iov[n++] = {const_cast<char*>(it.payload), it.payload_len};
         } else {
-          size_t off = it.sent - sizeof(MsgHeader);
+          size_t off = it.sent - it.prefix_len;
           iov[n++] = {const_cast<char*>(it.payload) + off, it.payload_len - off};
         }
         msghdr mh{};
@@ -263,6 +282,7 @@ class SocketSendConn final : public SendConn, private SocketConn {
   }
 
   std::deque<CtrlItem> ctrl_queue_;
+  StreamRates rates_;
   uint64_t seq_ = 0;
   uint64_t wire_ = 0;          // bytes posted (headers included)
   uint64_t ctrl_written_ = 0;  // bytes written to the control stream
@@ -305,7 +325,7 @@ class SocketRecvConn final : public RecvConn, private SocketConn {
       inline_op_ = slot;
       state_ = State::kInline;
     } else {
-      enqueue_pieces(p, hdr_.payload_len, hdr_.chunk, hdr_.seq, slot, 0);
+      enqueue_pieces(p, hdr_.payload_len, hdr_.chunk, map_, slot, 0);
       next_header();
     }
     *op = id;
@@ -320,7 +340,7 @@ class SocketRecvConn final : public RecvConn, private SocketConn {
   }
 
  private:
-  enum class State { kHeader, kPeeked, kInline };
+  enum class State { kHeader, kMap, kPeeked, kInline };
 
   void next_header() {
     state_ = State::kHeader;
@@ -362,6 +382,21 @@ class SocketRecvConn final : public RecvConn, private SocketConn {
       if (!read_some(reinterpret_cast<char*>(&hdr_), sizeof hdr_, &hdr_got_)) return ncclSystemError;
       if (hdr_got_ < sizeof hdr_) return ncclSuccess;
       ZIPCCL_CHECK(validate());
+      map_len_ = (hdr_.flags & kFlagInline) ? 0 : static_cast<size_t>((hdr_.payload_len + hdr_.chunk - 1) / hdr_.chunk);
+      map_got_ = 0;
+      state_ = State::kMap;
+    }
+    if (state_ == State::kMap) {
+      if (!read_some(reinterpret_cast<char*>(map_), map_len_, &map_got_)) return ncclSystemError;
+      if (map_got_ < map_len_) return ncclSuccess;
+      for (size_t i = 0; i < map_len_; ++i) {
+        if (map_[i] >= nstreams_) {
+          ZIPCCL_WARN("corrupt piece map on the control stream (piece %zu on stream %u of %d); closing the "
+                      "connection", i, map_[i], nstreams_);
+          error_.store(1);
+          return ncclSystemError;
+        }
+      }
       state_ = State::kPeeked;
     }
     return ncclSuccess;
@@ -382,8 +417,9 @@ class SocketRecvConn final : public RecvConn, private SocketConn {
         bad = "split message without streams or chunk";
       else if (hdr_.chunk > (1ull << 40))
         bad = "absurd chunk size";  // keeps the piece arithmetic exact
-      else if ((hdr_.payload_len + hdr_.chunk - 1) / hdr_.chunk > static_cast<uint64_t>(nstreams_))
-        bad = "more pieces than streams";
+      else if ((hdr_.payload_len + hdr_.chunk - 1) / hdr_.chunk >
+               static_cast<uint64_t>(nstreams_) * kPiecesPerStream)
+        bad = "more pieces than the streams may carry";
     }
     if (bad) {
       ZIPCCL_WARN("corrupt message header on the control stream (%s); closing the connection", bad);
@@ -396,6 +432,8 @@ class SocketRecvConn final : public RecvConn, private SocketConn {
   State state_ = State::kHeader;
   MsgHeader hdr_{};
   size_t hdr_got_ = 0;
+  uint8_t map_[kMaxPieces];
+  size_t map_len_ = 0, map_got_ = 0;
   uint64_t expected_seq_ = 0;
   char* inline_dst_ = nullptr;
   size_t inline_got_ = 0;

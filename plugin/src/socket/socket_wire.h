@@ -15,8 +15,12 @@ namespace net {
 constexpr uint64_t kHandleMagic = 0x314c43435a50495aull;  // "ZIPCCL1"
 constexpr uint32_t kHelloMagic = 0x48435a5au;             // "ZZCH"
 constexpr uint32_t kHeaderMagic = 0x54435a5au;            // "ZZCT"
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;  // 2: split messages carry their piece map
 constexpr uint32_t kMaxStreams = 64;
+// A split message is cut into up to kPiecesPerStream pieces per data stream (one where there is one
+// stream), so that a faster stream can carry more of it (see assign_pieces).
+constexpr uint32_t kPiecesPerStream = 2;
+constexpr uint32_t kMaxPieces = kPiecesPerStream * kMaxStreams;
 
 // The handle NCCL exchanges between ranks (NCCL_NET_HANDLE_MAXSIZE bytes). The first part is what the
 // listener publishes; `connect_state` is private to the process calling connect: NCCL hands the same
@@ -46,7 +50,9 @@ struct Hello {
 static_assert(sizeof(Hello) == 32, "hello layout");
 
 // One per message, on the control stream. Inline payloads follow it there; larger payloads are cut
-// into pieces of `chunk` bytes, piece i on data stream (seq + i) % nstreams.
+// into pieces of `chunk` bytes (the last one shorter), and the header is followed by the piece map:
+// one byte per piece, the data stream (0-based) that carries it. Each data stream carries its pieces in
+// the order of messages and, within a message, of pieces.
 struct MsgHeader {
   uint32_t magic;
   uint32_t flags;  // kFlagInline
