@@ -19,6 +19,7 @@ int cmd_perf(int argc, char** argv);
 int cmd_doctor(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_nccl_check(int argc, char** argv);
+int cmd_stats(int argc, char** argv);
 
 }  // namespace tools
 }  // namespace zipccl

@@ -22,6 +22,7 @@ const Command kCommands[] = {
     {"inspect", zipccl::tools::cmd_inspect, "per-tensor exponent histograms, entropy and what zipccl saves"},
     {"doctor", zipccl::tools::cmd_doctor, "check that NCCL would load the plugin on this node, and why not"},
     {"nccl-check", zipccl::tools::cmd_nccl_check, "run collectives through real NCCL and the plugin; bit-exact?"},
+    {"stats", zipccl::tools::cmd_stats, "the plugin's live snapshots of a job: a table over ranks, --watch, --svg"},
 };
 
 void usage(FILE* f) {

@@ -97,9 +97,10 @@ class NetApi {
   int version() const { return net_->version(); }
   const char* name() const { return net_->name(); }
   void* context() const { return ctx_; }
-  ncclResult_t init() {
+  // profiler: the callback NCCL would hand a v10+ init (nullptr: none).
+  ncclResult_t init(ncclProfilerCallback_t profiler = nullptr) {
     zipccl::net_client::CommConfig cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-    return net_->init(&ctx_, 0x1234, &cfg, test_logger, nullptr);
+    return net_->init(&ctx_, 0x1234, &cfg, test_logger, profiler);
   }
   ncclResult_t finalize() { return net_->finalize(ctx_); }
   ncclResult_t devices(int* n) { return net_->devices(n); }

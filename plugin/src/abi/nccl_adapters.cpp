@@ -9,6 +9,7 @@
 #include "abi/net.h"
 #include "abi/net_mr.h"
 #include "common/log.h"
+#include "layer/profiler_events.h"
 #include "nccl/net_v10.h"
 #include "nccl/net_v11.h"
 #include "nccl/net_v12.h"
@@ -134,29 +135,29 @@ ncclResult_t a_isend_int(void* sc, void* data, int size, int tag, void* mh, void
   return guard("isend", [&] {
     size_t n;
     ZIPCCL_CHECK(checked_size(size, &n));
-    return net_isend(sc, data, n, tag, mh, req);
+    return net_isend(sc, data, n, tag, mh, nullptr, req);
   });
 }
 ncclResult_t a_isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) {
-  return guard("isend", [&] { return net_isend(sc, data, size, tag, mh, req); });
+  return guard("isend", [&] { return net_isend(sc, data, size, tag, mh, nullptr, req); });
 }
-ncclResult_t a_isend_p(void* sc, void* data, size_t size, int tag, void* mh, void*, void** req) {
-  return a_isend(sc, data, size, tag, mh, req);
+ncclResult_t a_isend_p(void* sc, void* data, size_t size, int tag, void* mh, void* phandle, void** req) {
+  return guard("isend", [&] { return net_isend(sc, data, size, tag, mh, phandle, req); });
 }
 ncclResult_t a_irecv_int(void* rc, int n, void** data, int* sizes, int* tags, void** mh, void** req) {
   return guard("irecv", [&] {
-    if (n < 1 || n > kMaxRecvs || !sizes) return net_irecv(rc, n, data, nullptr, tags, mh, req);
+    if (n < 1 || n > kMaxRecvs || !sizes) return net_irecv(rc, n, data, nullptr, tags, mh, nullptr, req);
     size_t s[kMaxRecvs];
     for (int i = 0; i < n; ++i) ZIPCCL_CHECK(checked_size(sizes[i], &s[i]));
-    return net_irecv(rc, n, data, s, tags, mh, req);
+    return net_irecv(rc, n, data, s, tags, mh, nullptr, req);
   });
 }
 ncclResult_t a_irecv(void* rc, int n, void** data, size_t* sizes, int* tags, void** mh, void** req) {
-  return guard("irecv", [&] { return net_irecv(rc, n, data, sizes, tags, mh, req); });
+  return guard("irecv", [&] { return net_irecv(rc, n, data, sizes, tags, mh, nullptr, req); });
 }
-ncclResult_t a_irecv_p(void* rc, int n, void** data, size_t* sizes, int* tags, void** mh, void**,
+ncclResult_t a_irecv_p(void* rc, int n, void** data, size_t* sizes, int* tags, void** mh, void** phandles,
                        void** req) {
-  return a_irecv(rc, n, data, sizes, tags, mh, req);
+  return guard("irecv", [&] { return net_irecv(rc, n, data, sizes, tags, mh, phandles, req); });
 }
 ncclResult_t a_iflush(void* rc, int n, void** data, int* sizes, void** mh, void** req) {
   return guard("iflush", [&] { return net_iflush(rc, n, data, sizes, mh, req); });
@@ -180,12 +181,16 @@ ncclResult_t a_init(ncclDebugLogger_t logger) {
     return r;
   });
 }
-ncclResult_t a_init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
+// v10+: NCCL's profiler callback, for zipccl's per-message events (layer/profiler_events.h).
+ncclResult_t a_init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
+  set_profiler_callback(profiler);
   return a_init(logger);
 }
 // v11 and v12: a context per communicator (their configs differ only in type).
 template <typename Config>
-ncclResult_t a_init_ctx(void** ctx, uint64_t comm_id, Config*, ncclDebugLogger_t logger, ncclProfilerCallback_t) {
+ncclResult_t a_init_ctx(void** ctx, uint64_t comm_id, Config*, ncclDebugLogger_t logger,
+                        ncclProfilerCallback_t profiler) {
+  set_profiler_callback(profiler);
   return guard("init", [&] {
     ncclResult_t r = net_init_ctx(ctx, comm_id, logger);
     if (r == ncclSuccess) publish_make_vdevice();

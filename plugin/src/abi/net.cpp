@@ -15,6 +15,7 @@
 #include "gpu/gpu_path.h"
 #include "inner/inner_transport.h"
 #include "layer/comm.h"
+#include "layer/live_stats.h"
 #include "transport.h"
 
 namespace zipccl {
@@ -192,6 +193,8 @@ ncclResult_t net_finalize_ctx(void* ctx) {
     return ncclInternalError;
   }
   delete static_cast<Context*>(ctx);
+  // The last communicator is gone: the final snapshot and the process summary (live_stats.h).
+  if (g_contexts == 1) live_stats_finalize();
   // Transport, settings and the worker pool live as long as the process (the library is built
   // nodelete): connections of other communicators may still be open. An inner plugin is finalized
   // (once) with the last context, as NCCL would finalize it; a later init opens it again.
@@ -378,18 +381,19 @@ ncclResult_t net_dereg_mr(void* comm, void* mhandle) {
   return ncclSuccess;
 }
 
-ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request) {
+ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                       void** request) {
   *request = nullptr;
   SendComm* c = as<SendComm>(send_comm, kSendCommMagic);
   if (!c) {
     ZIPCCL_WARN("isend on something that is not a send comm");
     return ncclInternalError;
   }
-  return c->isend(data, size, tag, is_device(mhandle), request);
+  return c->isend(data, size, tag, is_device(mhandle), phandle, request);
 }
 
 ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
-                       void** mhandles, void** request) {
+                       void** mhandles, void** phandles, void** request) {
   // NCCL (v9+) marks LL/LL128 receives through the request pointer's initial value (gpu_path.h).
   const bool marked = gpu::marks_flag_protocol(request);
   *request = nullptr;
@@ -404,7 +408,7 @@ ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes,
   }
   bool device[kMaxRecvs];
   for (int i = 0; i < n; ++i) device[i] = is_device(mhandles ? mhandles[i] : nullptr);
-  return c->irecv(n, data, sizes, tags, device, marked, request);
+  return c->irecv(n, data, sizes, tags, device, marked, phandles, request);
 }
 
 // After a receive into device memory the NIC wrote (RDMA, GPUDirect), NCCL asks for a flush so the

@@ -51,9 +51,11 @@ ncclResult_t net_connect(int dev, void* handle, void** send_comm);
 ncclResult_t net_accept(void* listen_comm, void** recv_comm);
 ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle);
 ncclResult_t net_dereg_mr(void* comm, void* mhandle);
-ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request);
+// phandle(s): NCCL's profiler handles (v10+), nullptr before.
+ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                       void** request);
 ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
-                       void** mhandles, void** request);
+                       void** mhandles, void** phandles, void** request);
 ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request);
 // sizes (room for kMaxRecvs): the byte count sent, or the uncompressed byte counts received, one per
 // receive of the request (*count of them).

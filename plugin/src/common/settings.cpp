@@ -129,21 +129,30 @@ Entry integer(const char* name, int* field, long lo, long hi, const char* doc, c
           [field] { return std::to_string(*field); }, default_doc};
 }
 
-// A duration in milliseconds: a bare number is milliseconds; "30s", "1.5m" are accepted too.
-Entry millis(const char* name, int* field, long lo, long hi, const char* doc) {
-  return {name, "duration " + std::to_string(lo) + ".." + std::to_string(hi) + " ms", doc,
+// A duration stored in `unit`s (units::kMilliseconds or kSeconds), which a bare number is in; "30s",
+// "1.5m" are accepted too.
+Entry duration(const char* name, int* field, uint64_t unit, long lo, long hi, const char* doc) {
+  const std::string u = unit == units::kSeconds ? "s" : "ms";
+  return {name, "duration " + std::to_string(lo) + ".." + std::to_string(hi) + " " + u, doc,
           [=](const char* v, std::string* expected) {
             uint64_t x;
             std::string why;
-            if (!units::parse_duration(v, units::kMilliseconds, &x, &why) || x < static_cast<uint64_t>(lo) ||
+            if (!units::parse_duration(v, unit, &x, &why) || x < static_cast<uint64_t>(lo) ||
                 x > static_cast<uint64_t>(hi)) {
-              *expected = "a duration in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] ms";
+              *expected = "a duration in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] " + u;
               return false;
             }
             *field = static_cast<int>(x);
             return true;
           },
           [field] { return std::to_string(*field); }};
+}
+Entry millis(const char* name, int* field, long lo, long hi, const char* doc) {
+  return duration(name, field, units::kMilliseconds, lo, hi, doc);
+}
+// Whole seconds ("1.5s" is refused: not a whole number of seconds).
+Entry seconds(const char* name, int* field, long lo, long hi, const char* doc) {
+  return duration(name, field, units::kSeconds, lo, hi, doc);
 }
 
 Entry number(const char* name, double* field, const char* doc) {
@@ -253,6 +262,11 @@ std::vector<Entry> registry(Settings* s) {
            "multiples; TCP only)"),
       integer("ZIPCCL_MAX_REQUESTS", &s->max_requests, 32, 4096, "requests in flight per comm"),
       text("ZIPCCL_STATS_FILE", &s->stats_file, "append per-connection statistics as JSON lines"),
+      text("ZIPCCL_STATS_DIR", &s->stats_dir,
+           "folder for live per-process snapshots (zipccl-HOST-PID.json and .prom, rewritten atomically; "
+           "`zipccl stats` reads them)"),
+      seconds("ZIPCCL_STATS_INTERVAL", &s->stats_interval_s, 0, 86400,
+              "seconds between live snapshots (0: only at finalize and exit)"),
       number("ZIPCCL_LINK_GBPS", &s->link_gbps, "link speed for the auto policy in Gbit/s (0: measure)"),
       integer("ZIPCCL_PROBE_INTERVAL", &s->probe_interval, 2, 1 << 20,
               "auto: sample the codec every N raw messages (backs off)"),

@@ -58,6 +58,10 @@ struct Settings {
   // value: rounded down to a multiple of 4 KiB, at least 4 KiB (segment_bytes()).
   uint64_t segment_bytes = 1 << 20;
   std::string stats_file;
+  // Live snapshots (layer/live_stats.h): the folder (empty: none) and the period in seconds (0: only
+  // at finalize and at exit).
+  std::string stats_dir;
+  int stats_interval_s = 30;
   double link_gbps = 0;     // 0: measure the link online
   int probe_interval = 16;  // auto: sample the codec every N raw messages (backs off)
   int connect_timeout_ms = 30000;

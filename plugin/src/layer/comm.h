@@ -19,6 +19,7 @@
 #include "gpu/gpu_path.h"
 #include "layer/frame.h"
 #include "layer/policy.h"
+#include "layer/profiler_events.h"
 #include "layer/stats.h"
 #include "layer/worker_pool.h"
 #include "nccl/net_common.h"
@@ -134,10 +135,14 @@ class SendComm {
  public:
   SendComm(SendConn* conn, const DeviceInfo& dev);
   ~SendComm();  // waits for its codec jobs, reports statistics
-  // device: `data` is device memory (the mhandle's type is NCCL_PTR_CUDA).
-  ncclResult_t isend(void* data, size_t size, int tag, bool device, void** request);
+  // device: `data` is device memory (the mhandle's type is NCCL_PTR_CUDA). phandle: NCCL's profiler
+  // handle of the message (v10+; nullptr: none).
+  ncclResult_t isend(void* data, size_t size, int tag, bool device, void* phandle, void** request);
+  ncclResult_t isend(void* data, size_t size, int tag, bool device, void** request) {
+    return isend(data, size, tag, device, nullptr, request);
+  }
   ncclResult_t isend(void* data, size_t size, int tag, void** request) {  // host memory
-    return isend(data, size, tag, false, request);
+    return isend(data, size, tag, false, nullptr, request);
   }
   ncclResult_t test(void* request, int* done, size_t* size);
   // regMr of `size` bytes of device memory at `data`: everything device messages from it need is
@@ -185,7 +190,9 @@ class SendComm {
     size_t next_post = 0;    // segments posted so far
     int inflight = 0;        // posted segments whose transport op has not completed
     size_t wire = 0;         // sum of the segments' wire bytes
+    uint64_t codec_ns = 0;   // its segments' encode time
     bool any_codec = false;
+    ProfilerEvent prof;      // NCCL's profiler event of the message (profiler_events.h)
     std::vector<std::unique_ptr<Seg>> segs;  // grown to the most segments seen, reused
     std::vector<char> staging;
   };
@@ -194,7 +201,7 @@ class SendComm {
     int op;
   };
   ncclResult_t progress();
-  void finish_encode(Seg* g);
+  void finish_encode(Req* r, Seg* g);
   bool choose_compress(Req* r);
   void plan_segments(Req* r);
   void start_sample(Req* r, codec::ElemType type);
@@ -221,7 +228,7 @@ class SendComm {
   bool sample_busy_ = false;
   std::vector<char> sample_staging_;
   std::vector<char> sample_src_;  // the sampled slice, copied so the message need not wait for it
-  ConnStats stats_;
+  std::shared_ptr<ConnStats> stats_;  // counters shared with the live snapshots (stats.h)
   bool failed_ = false;
   // Link sampling (see sample_link).
   std::chrono::steady_clock::time_point last_sample_, created_;
@@ -241,11 +248,11 @@ class RecvComm {
   // A grouped irecv of n receives (1 <= n <= max_recvs()): one request, done when all n are; receive i
   // takes the message sent with tags[i] (the transport matches them, RecvConn::post_group).
   // device[i]: data[i] is device memory; marked: NCCL marked the receive (n == 1) as LL/LL128
-  // (gpu_path.h).
+  // (gpu_path.h); phandles: NCCL's profiler handles of the n receives (v10+; nullptr: none).
   ncclResult_t irecv(int n, void* const* data, const size_t* sizes, const int* tags, const bool* device, bool marked,
-                     void** request);
+                     void* const* phandles, void** request);
   ncclResult_t irecv(void* data, size_t size, int tag, bool device, bool marked, void** request) {
-    return irecv(1, &data, &size, &tag, &device, marked, request);
+    return irecv(1, &data, &size, &tag, &device, marked, nullptr, request);
   }
   ncclResult_t irecv(void* data, size_t size, int tag, void** request) {  // host memory
     return irecv(data, size, tag, false, false, request);
@@ -301,7 +308,9 @@ class RecvComm {
     size_t done_segs = 0;  // segments needing nothing more from the host
     size_t scan = 0;       // segments before it are all done (advance() starts there)
     uint64_t wire = 0;
+    uint64_t codec_ns = 0;  // its segments' host decode time
     bool any_codec = false;
+    ProfilerEvent prof;     // NCCL's profiler event of the receive (profiler_events.h)
     std::vector<std::unique_ptr<Seg>> segs;
     std::unique_ptr<char[]> staging;  // host codec segments, at their offsets
     size_t staging_cap = 0;
@@ -332,7 +341,7 @@ class RecvComm {
   std::vector<int> free_;
   std::deque<int> unmatched_;
   std::vector<int> active_;  // receives with segments in flight (any order)
-  ConnStats stats_;
+  std::shared_ptr<ConnStats> stats_;  // counters shared with the live snapshots (stats.h)
   bool failed_ = false;
   int max_recvs_ = 1;
   std::chrono::steady_clock::time_point created_;

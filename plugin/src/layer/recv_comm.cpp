@@ -32,8 +32,7 @@ RecvComm::RecvComm(RecvConn* conn, const DeviceInfo& dev)
     free_.push_back(i);
   }
   if (gpu::DeviceOps* ops = gpu::device_ops()) gpu_.reset(new gpu::Channel(ops, static_cast<int>(reqs_.size())));
-  stats_.direction = "recv";
-  stats_.peer = dev.name;
+  stats_ = open_conn_stats("recv", dev.name);
   created_ = Clock::now();
 }
 
@@ -58,13 +57,13 @@ RecvComm::~RecvComm() {
     ZIPCCL_INFO(NCCL_NET,
                 "GPU path (recv): %llu device messages, %llu decoded on the device, %llu payloads landed in "
                 "device staging",
-                (unsigned long long)gpu_messages_, (unsigned long long)stats_.device_codec,
+                (unsigned long long)gpu_messages_, (unsigned long long)stats_->device_codec.get(),
                 (unsigned long long)device_landed_);
   }
   header.magic = kDeadMagic;
   for (Req& r : reqs_) r.h.magic = kDeadMagic;
-  stats_.seconds = std::chrono::duration<double>(Clock::now() - created_).count();
-  report_stats(stats_);
+  stats_->seconds = std::chrono::duration<double>(Clock::now() - created_).count();
+  report_stats(*stats_);
 }
 
 // One receive of an irecv: its request slot prepared (device receives: all their staging taken, so
@@ -80,6 +79,7 @@ ncclResult_t RecvComm::claim(Req* r, void* data, size_t size, bool device, bool 
   r->asm_.reset(size);
   r->nsegs = r->done_segs = r->scan = 0;
   r->wire = 0;
+  r->codec_ns = 0;
   r->any_codec = false;
   r->group_n = 0;
   if (!device) return ncclSuccess;
@@ -98,7 +98,7 @@ void RecvComm::unclaim(Req* r) {
 }
 
 ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int* tags, const bool* device,
-                             bool marked, void** request) {
+                             bool marked, void* const* phandles, void** request) {
   *request = nullptr;
   if (failed_) return ncclSystemError;
   if (n < 1 || n > max_recvs_) {
@@ -137,6 +137,7 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
   lead.group_n = n;
   for (int i = 0; i < n; ++i) {
     if (reqs_[idx[i]].device) ++gpu_messages_;
+    reqs_[idx[i]].prof.start(phandles ? phandles[i] : nullptr, false, sizes[i], reqs_[idx[i]].device);
     lead.group[i] = idx[i];
     unmatched_.push_back(idx[i]);
     active_.push_back(idx[i]);
@@ -304,7 +305,8 @@ ncclResult_t RecvComm::advance(Req* r) {
       if (!g->job.done.load(std::memory_order_acquire)) continue;
       if (g->staged) conn_->release_staged(g->staged);
       g->staged = nullptr;
-      stats_.codec_ns += g->job.ns;
+      stats_->codec_ns += g->job.ns;
+      r->codec_ns += g->job.ns;
       if (g->job.status != codec::Status::kOk || g->job.out != g->meta.original_len) {
         ZIPCCL_WARN("corrupt compressed frame from the peer (%s, %zu of %llu bytes decoded, segment %zu)",
                     codec::status_string(g->job.status), g->job.out, (unsigned long long)g->meta.original_len,
@@ -399,7 +401,7 @@ ncclResult_t RecvComm::finish_device_landing(Req* r, bool* done) {
 
 ncclResult_t RecvComm::fail(Req* /*r*/) {
   failed_ = true;
-  ++stats_.errors;
+  ++stats_->errors;
   return ncclSystemError;
 }
 
@@ -416,17 +418,18 @@ bool RecvComm::complete(Req* r, ncclResult_t* res) {
 
 // Counts a completed receive and frees its slot.
 void RecvComm::finish(Req* r) {
-  ++stats_.messages;
-  stats_.bytes_in += r->asm_.offset;
-  stats_.bytes_wire += r->wire;
-  if (r->any_codec) ++stats_.compressed;
+  r->prof.finish(r->asm_.offset, r->wire, r->codec_ns, r->nsegs, r->any_codec);
+  ++stats_->messages;
+  stats_->bytes_in += r->asm_.offset;
+  stats_->bytes_wire += r->wire;
+  if (r->any_codec) ++stats_->compressed;
   if (r->nsegs > 1) {
-    ++stats_.segmented;
-    stats_.segments += r->nsegs;
+    ++stats_->segmented;
+    stats_->segments += r->nsegs;
   }
   if (r->device) {
-    ++stats_.device_messages;
-    if (r->any_codec) ++stats_.device_codec;
+    ++stats_->device_messages;
+    if (r->any_codec) ++stats_->device_codec;
   }
   r->state = State::kFree;
   r->group_n = 0;

@@ -76,8 +76,7 @@ SendComm::SendComm(SendConn* conn, const DeviceInfo& dev)
     segment_bytes_ = 0;
   }
   if (gpu::DeviceOps* ops = gpu::device_ops()) gpu_.reset(new gpu::Channel(ops, static_cast<int>(reqs_.size())));
-  stats_.direction = "send";
-  stats_.peer = dev.name;
+  stats_ = open_conn_stats("send", dev.name);
   created_ = last_sample_ = Clock::now();
 }
 
@@ -104,13 +103,13 @@ SendComm::~SendComm() {
   gpu_.reset();   // returns its memory to the pools once the device has passed this close
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET, "GPU path (send): %llu device messages, %llu sent as device-encoded frames",
-                (unsigned long long)gpu_messages_, (unsigned long long)stats_.device_codec);
+                (unsigned long long)gpu_messages_, (unsigned long long)stats_->device_codec.get());
   }
   header.magic = kDeadMagic;
   for (Req& r : reqs_) r.h.magic = kDeadMagic;
-  stats_.link_gbps = policy_.link_bps() * 8e-9;
-  stats_.seconds = ns_since(created_) * 1e-9;
-  report_stats(stats_);
+  stats_->link_gbps.store(policy_.link_bps() * 8e-9, std::memory_order_relaxed);
+  stats_->seconds = ns_since(created_) * 1e-9;
+  report_stats(*stats_);
 }
 
 // Whether the message of `r` (its fields set by isend) is to be encoded: the settings, the policy and,
@@ -120,7 +119,7 @@ bool SendComm::choose_compress(Req* r) {
   const Settings& s = settings();
   bool compress = false;
   if (size < s.min_bytes || s.compress == CompressMode::kNever) {
-    ++stats_.raw_small;
+    ++stats_->raw_small;
   } else {
     // The policy first: a message it sends raw needs no type detection (in auto the detector only
     // runs for messages about to be encoded or sampled), so raw traffic costs what `never` costs.
@@ -135,17 +134,17 @@ bool SendComm::choose_compress(Req* r) {
         compress = true;
         r->type = type;
       } else {
-        ++stats_.raw_policy;
+        ++stats_->raw_policy;
       }
     } else {
       if ((want || sample) && type == codec::ElemType::kAuto && s.compress == CompressMode::kAuto) {
         type = codec::detect_elem_type(r->data, size);
       }
       if (!want) {
-        ++stats_.raw_policy;
+        ++stats_->raw_policy;
         if (sample && type != codec::ElemType::kNone) start_sample(r, type);
       } else if (type == codec::ElemType::kNone) {
-        ++stats_.raw_incompressible;
+        ++stats_->raw_incompressible;
       } else {
         compress = true;
         r->type = type;
@@ -178,7 +177,7 @@ void SendComm::plan_segments(Req* r) {
   r->stage_bytes = stage;
 }
 
-ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void** request) {
+ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void* phandle, void** request) {
   *request = nullptr;
   if (failed_) return ncclSystemError;
   if (size && !data) {
@@ -201,6 +200,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
   r.next_post = 0;
   r.inflight = 0;
   r.wire = 0;
+  r.codec_ns = 0;
   r.any_codec = false;
 
   const bool compress = choose_compress(&r);
@@ -214,6 +214,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
       free_.push_back(idx);
       return ncclSuccess;
     }
+    r.prof.start(phandle, true, size, true);
     unposted_.push_back(idx);
     *request = &r.h;
     if (res == ncclSuccess) res = progress();
@@ -238,6 +239,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
       worker_pool().submit(&g.job);
     }
   }
+  r.prof.start(phandle, true, size, false);
   unposted_.push_back(idx);
   *request = &r.h;
   ncclResult_t res = progress();
@@ -271,7 +273,7 @@ void SendComm::finish_sample() {
   if (sample_job_.status == codec::Status::kOk) {
     policy_.on_encoded(sample_job_.n, sample_job_.out, sample_job_.ns * 1e-9);
   }
-  stats_.codec_ns += sample_job_.ns;
+  stats_->codec_ns += sample_job_.ns;
   sample_busy_ = false;
 }
 
@@ -368,7 +370,8 @@ ncclResult_t SendComm::progress_device() {
         auto now = Clock::now();
         double seconds = std::chrono::duration<double>(now - r->gpu_t0).count();
         r->gpu_t0 = now;  // the next segment's encode started when this one finished
-        stats_.codec_ns += static_cast<uint64_t>(seconds * 1e9);
+        stats_->codec_ns += static_cast<uint64_t>(seconds * 1e9);
+        r->codec_ns += static_cast<uint64_t>(seconds * 1e9);
         auto st = static_cast<codec::Status>(g->result->status);
         const char* src_raw = r->data + g->off;
         if (st != codec::Status::kOk) {
@@ -403,8 +406,9 @@ ncclResult_t SendComm::progress_device() {
   return ncclSuccess;
 }
 
-void SendComm::finish_encode(Seg* g) {
-  stats_.codec_ns += g->job.ns;
+void SendComm::finish_encode(Req* r, Seg* g) {
+  stats_->codec_ns += g->job.ns;
+  r->codec_ns += g->job.ns;
   if (g->job.status != codec::Status::kOk) {
     ZIPCCL_WARN("encode of %zu bytes failed (%s); sending raw", g->len, codec::status_string(g->job.status));
   } else {
@@ -458,7 +462,7 @@ ncclResult_t SendComm::progress() {
           blocked = true;
           break;
         }
-        finish_encode(g);
+        finish_encode(r, g);
       }
       if (g->state != SegState::kReady) {  // a device segment still on the GPU
         blocked = true;
@@ -517,22 +521,24 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
     auto now = Clock::now();
     policy_.on_delivered(r->size, r->chosen, std::chrono::duration<double>(now - busy_from_).count());
     busy_from_ = now;
-    ++stats_.messages;
-    stats_.bytes_in += r->size;
-    stats_.bytes_wire += r->wire;
+    ++stats_->messages;
+    stats_->link_gbps.store(policy_.link_bps() * 8e-9, std::memory_order_relaxed);
+    stats_->bytes_in += r->size;
+    stats_->bytes_wire += r->wire;
     if (r->any_codec) {
-      ++stats_.compressed;
+      ++stats_->compressed;
     } else if (r->tried) {
-      ++stats_.raw_incompressible;  // the encoder found nothing to gain (or failed)
+      ++stats_->raw_incompressible;  // the encoder found nothing to gain (or failed)
     }
     if (r->nsegs > 1) {
-      ++stats_.segmented;
-      stats_.segments += r->nsegs;
+      ++stats_->segmented;
+      stats_->segments += r->nsegs;
     }
     if (r->device) {
-      ++stats_.device_messages;
-      if (r->any_codec) ++stats_.device_codec;
+      ++stats_->device_messages;
+      if (r->any_codec) ++stats_->device_codec;
     }
+    r->prof.finish(r->size, r->wire, r->codec_ns, r->nsegs, r->any_codec);
     *done = 1;
     if (size) *size = r->size;
     r->state = State::kFree;
@@ -541,7 +547,8 @@ ncclResult_t SendComm::test(void* request, int* done, size_t* size) {
   }
   if (res != ncclSuccess) {
     failed_ = true;
-    ++stats_.errors;
+    ++stats_->errors;
+    r->prof.abandon();
   }
   return res;
 }

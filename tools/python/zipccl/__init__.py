@@ -12,10 +12,11 @@ the native module, so they work on any Python. The codec loads both at its first
 from typing import TYPE_CHECKING
 
 from ._paths import plugin_path, tool_path
-from ._plugin import enable, stats
+from ._plugin import enable
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._stats import stats
     from ._codec import (FormatError, FrameInfo, compress, compress_into, decompress, frames, inspect,
                          max_compressed_size)
 
@@ -38,6 +39,11 @@ def __getattr__(name):
         names = {n: getattr(_codec, n) for n in _CODEC_NAMES}
         globals().update(names)  # later look-ups find them without coming here
         return names[name]
+    if name == "stats":  # pure Python (_stats.py), loaded when asked for
+        from ._stats import stats
+
+        globals()["stats"] = stats
+        return stats
     if name == "LayoutError":
         from . import _zipccl
 

@@ -1,5 +1,4 @@
 """Turning the NCCL net plugin on from Python, and reading its statistics."""
-import json
 import os
 import sys
 import warnings
@@ -200,16 +199,3 @@ def enable(policy: str = "auto", *, stats_file: Optional[str] = None,
                       RuntimeWarning, stacklevel=2)
     os.environ.update(env)
     return env
-
-
-def stats(path: Optional[str] = None) -> List[Dict[str, Any]]:
-    """The plugin's per-connection statistics: one dict per JSON line of ``ZIPCCL_STATS_FILE`` (or
-    ``path``), as the plugin appends them when a connection closes. [] when there are none yet."""
-    path = path or os.environ.get("ZIPCCL_STATS_FILE")
-    if not path:
-        raise ValueError("zipccl.stats: no statistics file: pass enable(stats_file=...) or path=")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        return []
