@@ -587,7 +587,7 @@ void print_batch(const Layout& layout, const BoundaryBatch& batch) {
     const ReplicaLoad load = module_load(m, batch);
     std::printf("  %-10s %-10s dp %-5d max %" PRId64 ", mean %.1f, max/mean %.2fx (%s)\n", m.name().c_str(),
                 assignment_rule_name(batch.assignment(m).rule), m.dp(), load.max, load.mean, load.imbalance(),
-                sample_loads(m, batch).measure);
+                load.measure);
   }
 
 }
@@ -836,7 +836,7 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
     if (m.role() == Role::encoder) j.field("colocated", layout.colocated(layout.find_encoder(m.name())));
     const ReplicaLoad load = module_load(m, batch);
     j.field("assignment", assignment_rule_name(batch.assignment(m).rule));
-    j.field("load_measure", sample_loads(m, batch).measure);
+    j.field("load_measure", load.measure);
     j.field("replica_tokens_max", load.max);
     j.field("replica_tokens_mean", load.mean);
     j.field("load_imbalance", load.imbalance());

@@ -332,8 +332,7 @@ inline bool cp_keeps(std::int64_t P, int cp, int c, std::int64_t p) {
 inline void combined_oracle(const Module& m, const BoundaryBatch& batch, const std::vector<int>& samples,
                             const Coords& c, Oracle& o, int r) {
   const LlmSequence& q = batch.llm_sequence;
-  std::int64_t mult = q.pad_multiple;
-  if (mult == 0) mult = (m.cp() > 1 ? 2 * m.cp() : 1) * (m.sequence_parallel() ? m.tp() : 1);
+  const std::int64_t mult = oracle_pad_multiple(q, m.tp(), m.cp(), m.sequence_parallel());
   auto pad = [&](std::int64_t n) { return (n + mult - 1) / mult * mult; };
   struct Slot {
     int sample;

@@ -155,6 +155,7 @@ struct ReplicaLoad {
   std::vector<std::int64_t> tokens;  // per replica
   std::int64_t max = 0;
   double mean = 0;
+  const char* measure = "image tokens";  // or "positions" (SampleLoads::measure)
   double imbalance() const { return mean > 0 ? static_cast<double>(max) / mean : 1.0; }
 };
 // The load of additive weights (image tokens, thd positions) under a map.

@@ -437,6 +437,7 @@ inline ReplicaLoad module_load(const Module& m, const BoundaryBatch& batch) {
   detail::module_replicas_into(m, batch, replicas);
   const int dp = m.dp();
   ReplicaLoad load;
+  load.measure = loads.measure;
   load.tokens.assign(dp, 0);
   std::vector<std::int64_t> count(dp, 0), largest(dp, 0);
   for (std::size_t s = 0; s < replicas.size(); ++s) {
