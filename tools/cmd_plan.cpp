@@ -55,9 +55,12 @@ const char kUsage[] =
     "  --hidden H           elements per token\n"
     "  --dtype D            bf16 (default), fp16, fp32, fp8, int8 or a byte count\n"
     "  --assign A           samples -> encoder replicas: contiguous (default: blocks by count),\n"
-    "                       balanced (by tokens, longest first onto the least loaded replica), or a\n"
-    "                       replica per sample, e.g. 0,1,1,0 or 3x4 (COUNTxREPEAT)\n"
-    "  --llm-assign A       the same for the LLM's replicas\n"
+    "                       balanced (by load, heaviest sample first onto the replica least loaded\n"
+    "                       after taking it), or a replica per sample, e.g. 0,1,1,0 or 3x4\n"
+    "                       (COUNTxREPEAT); an encoder's load is its image tokens\n"
+    "  --llm-assign A       the same for the LLM's replicas; its load is its image tokens with\n"
+    "                       image-only input, its positions with thd (padded sequence lengths) or bshd\n"
+    "                       (samples x padded length)\n"
     "  --llm-input F        how the LLM keeps its input: image-only (default: the image tokens alone,\n"
     "                       cut by cp/sp per sample), or the combined text+image sequence, packed (thd:\n"
     "                       samples concatenated, cu_seqlens) or padded (bshd: [b, s]); cp cuts each\n"
@@ -66,12 +69,16 @@ const char kUsage[] =
     "  --seq-lens LIST      combined sequence length (text + image tokens) per sample, token-list form;\n"
     "                       one value applies to every sample\n"
     "  --images LIST        each sample's images as OFFSET+TOKENS, comma-separated, samples separated by\n"
-    "                       '/', SPEC*N for N equal samples: 3+576,700+576/10+1024*3; one sample spec\n"
-    "                       applies to every sample; gives the tokens when --tokens* is absent\n"
-    "  --image-offset N     instead of --images: one image per sample, at position N\n"
+    "                       '/', SPEC*N for N equal samples: 3+576,700+576/10+1024*3; images ascending,\n"
+    "                       disjoint, at least one token each; an empty spec is a sample without\n"
+    "                       images ('' alone: no sample has any); one sample spec applies to every\n"
+    "                       sample (of --samples, --tokens-list or --seq-lens); gives the tokens when\n"
+    "                       --tokens* is absent\n"
+    "  --image-offset N     instead of --images: one image per sample of tokens > 0, at position N\n"
     "  --pad-multiple N     pad each sequence to a multiple of N (default: 2*cp if cp > 1, times tp\n"
     "                       with sp: Megatron-LM's)\n"
-    "  --padded-length N    bshd: every sample padded to N (default: its replica's longest, rounded up)\n"
+    "  --padded-length N    bshd: every sample padded to N, a multiple of the pad multiple (default:\n"
+    "                       its replica's longest, rounded up)\n"
     "  --strategy S         direct, scatter-allgather, automatic (the one sending less), or both (default)\n"
     "  --direction D        forward, backward, or both (default)\n"
     "  --json               one JSON document for machines instead of text\n"
@@ -115,6 +122,7 @@ struct Options {
   SequenceFormat llm_input = SequenceFormat::image_only;
   std::string seq_lens;
   std::string images;
+  bool images_given = false;  // "" is a sample spec too: a sample without images
   std::int64_t image_offset = -1;
   std::int64_t pad_multiple = 0;
   std::int64_t padded_length = 0;
@@ -195,7 +203,8 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--seq-lens") {
       o.seq_lens = take_list();
     } else if (arg == "--images") {
-      o.images = take_list();
+      o.images = take();
+      o.images_given = true;
     } else if (arg == "--image-offset") {
       o.image_offset = parse_integer(take(), 0, INT64_MAX, "--image-offset");
     } else if (arg == "--pad-multiple") {
@@ -256,14 +265,14 @@ void check_options(const Options& o) {
   if (o.encoders.empty()) throw UsageError{"at least one --encoder is required"};
   if (o.hidden == 0) throw UsageError{"--hidden is required"};
   if (o.tokens_list.empty()) {
-    if ((o.tokens < 0 || o.samples < 0) && o.images.empty())
+    if ((o.tokens < 0 || o.samples < 0) && !o.images_given)
       throw UsageError{"give --samples and --tokens, or --tokens-list (or --images)"};
   } else if (o.tokens >= 0) {
     throw UsageError{"give --tokens or --tokens-list, not both"};
   }
   const bool combined = o.llm_input != SequenceFormat::image_only;
   const char* sequence_option = !o.seq_lens.empty()    ? "--seq-lens"
-                                : !o.images.empty()     ? "--images"
+                                : o.images_given        ? "--images"
                                 : o.image_offset >= 0   ? "--image-offset"
                                 : o.pad_multiple > 0    ? "--pad-multiple"
                                 : o.padded_length > 0   ? "--padded-length"
@@ -273,7 +282,7 @@ void check_options(const Options& o) {
   }
   if (combined) {
     if (o.seq_lens.empty()) throw UsageError{"--llm-input thd/bshd needs --seq-lens"};
-    if (o.images.empty() == (o.image_offset < 0)) throw UsageError{"--llm-input thd/bshd needs --images or --image-offset (one of them)"};
+    if (o.images_given == (o.image_offset >= 0)) throw UsageError{"--llm-input thd/bshd needs --images or --image-offset (one of them)"};
     if (o.padded_length > 0 && o.llm_input != SequenceFormat::bshd) throw UsageError{"--padded-length is for --llm-input bshd"};
   }
 }
@@ -284,7 +293,7 @@ std::vector<T> per_sample(std::vector<T> list, std::size_t n, const char* option
   if (list.size() == 1 && n != 1) return std::vector<T>(n, list[0]);
   if (list.size() != n) {
     throw UsageError{std::string(option) + " has " + std::to_string(list.size()) + " samples, the batch " +
-                     std::to_string(n)};
+                     std::to_string(n) + ": give one per sample, or one for every sample"};
   }
   return list;
 }
@@ -292,7 +301,7 @@ std::vector<T> per_sample(std::vector<T> list, std::size_t n, const char* option
 // The batch's tokens and (thd/bshd) the LLM's combined sequence from the options.
 void fill_batch(const Options& o, BoundaryBatch& batch) {
   std::vector<std::vector<ImageSpan>> images;
-  if (!o.images.empty()) images = parse_images(o.images);
+  if (o.images_given) images = parse_images(o.images);
   if (!o.tokens_list.empty()) {
     batch.tokens = parse_token_list(o.tokens_list);
     if (o.samples >= 0 && o.samples != static_cast<std::int64_t>(batch.tokens.size())) {
@@ -302,7 +311,14 @@ void fill_batch(const Options& o, BoundaryBatch& batch) {
   } else if (o.tokens >= 0) {
     batch.tokens.assign(static_cast<std::size_t>(o.samples), o.tokens);
   } else {
-    if (o.samples >= 0) images = per_sample(std::move(images), static_cast<std::size_t>(o.samples), "--images");
+    // The batch size: --samples, or the sample specs, or (one spec for every sample) --seq-lens.
+    std::size_t n = images.size();
+    if (o.samples >= 0) {
+      n = static_cast<std::size_t>(o.samples);
+    } else if (n == 1) {
+      n = parse_token_list(o.seq_lens).size();
+    }
+    images = per_sample(std::move(images), n, "--images");
     for (const auto& sample : images) {
       std::int64_t sum = 0;
       for (const ImageSpan& im : sample) sum = detail::checked_add(sum, im.tokens, "image tokens of a sample");
@@ -315,7 +331,9 @@ void fill_batch(const Options& o, BoundaryBatch& batch) {
   q.format = o.llm_input;
   q.length = per_sample(parse_token_list(o.seq_lens), n, "--seq-lens");
   if (o.image_offset >= 0) {
-    for (std::int64_t t : batch.tokens) q.images.push_back({ImageSpan{o.image_offset, t}});
+    for (std::int64_t t : batch.tokens) {
+      q.images.push_back(t > 0 ? std::vector<ImageSpan>{ImageSpan{o.image_offset, t}} : std::vector<ImageSpan>{});
+    }
   } else {
     q.images = per_sample(std::move(images), n, "--images");
   }
@@ -564,11 +582,12 @@ void print_batch(const Layout& layout, const BoundaryBatch& batch) {
       std::printf("%s\n", cu.size() > 17 ? " ..." : "");
     }
   }
-  std::printf("load (tokens per data-parallel replica; the busiest one sets the step time):\n");
+  std::printf("load per data-parallel replica (the busiest one sets the step time):\n");
   for (const Module& m : layout.modules()) {
-    const ReplicaLoad load = replica_load(batch.tokens, module_replicas(m, batch), m.dp());
-    std::printf("  %-10s %-10s dp %-5d max %" PRId64 ", mean %.1f, max/mean %.2fx\n", m.name().c_str(),
-                assignment_rule_name(batch.assignment(m).rule), m.dp(), load.max, load.mean, load.imbalance());
+    const ReplicaLoad load = module_load(m, batch);
+    std::printf("  %-10s %-10s dp %-5d max %" PRId64 ", mean %.1f, max/mean %.2fx (%s)\n", m.name().c_str(),
+                assignment_rule_name(batch.assignment(m).rule), m.dp(), load.max, load.mean, load.imbalance(),
+                load.measure);
   }
 
 }
@@ -815,8 +834,9 @@ void print_json(const Options& o, const Layout& layout, const BoundaryBatch& bat
     j.field("sequence_parallel", m.sequence_parallel());
     j.field("order", to_string(m.order()));
     if (m.role() == Role::encoder) j.field("colocated", layout.colocated(layout.find_encoder(m.name())));
-    const ReplicaLoad load = replica_load(batch.tokens, module_replicas(m, batch), m.dp());
+    const ReplicaLoad load = module_load(m, batch);
     j.field("assignment", assignment_rule_name(batch.assignment(m).rule));
+    j.field("load_measure", load.measure);
     j.field("replica_tokens_max", load.max);
     j.field("replica_tokens_mean", load.mean);
     j.field("load_imbalance", load.imbalance());
@@ -922,6 +942,7 @@ int run(const Options& o) {
 
   const auto t0 = Clock::now();
   const Layout layout(spec);
+  validate_batch(batch, layout.llm());  // what depends on the LLM: a bshd padded length's multiple
   const std::vector<GroupFamily> families = all_group_families(layout);
   std::vector<BoundaryReport> reports;
   std::vector<DirectionRefs> refs;

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "test_util.h"
+#include "zipccl/hetero/rank_plan.h"
 #include "zipccl/hetero/traffic.h"
 
 namespace {
@@ -440,7 +441,7 @@ TEST(HeteroPlan, RelayNeverAboveLeaderBroadcast) {
     if (i % 1500 == 0) rng.seed(test_seed(20260 + i / 1500));
     Case c = random_case(rng, 48, true);
     for (auto& t : c.batch.tokens) t = t * 97 + static_cast<std::int64_t>(rng() % 97);
-    if (c.batch.llm_sequence.format != SequenceFormat::image_only) random_sequence(rng, c.batch);
+    if (c.batch.llm_sequence.format != SequenceFormat::image_only) random_sequence(rng, c.batch, c.spec.llm);
     const Layout layout(c.spec);
     for (int e = 0; e < layout.num_encoders(); ++e) {
       for (Direction dir : {Direction::forward, Direction::backward}) {
@@ -677,6 +678,103 @@ TEST(HeteroAssignment, DynamicResolutionBatchIsBalanced) {
   EXPECT_LT(worst_balanced, 1.05);
 }
 
+// Issue 38: the LLM computes over its positions (text, images, padding), not its image tokens; its
+// balanced rule and its load count those under thd/bshd. The issue's example: one long sequence
+// with one image token and three short ones with five each, on 2 LLM replicas.
+TEST(HeteroAssignment, LlmIsBalancedByItsPositions) {
+  const Layout layout =
+      two_modules(6, ModuleSpec{"llm", 1, 1, 1, 0, false, 4, 2}, ModuleSpec{"vision", 1, 1, 1, 0, false, 0, 4});
+  const Module& llm = layout.llm();
+  BoundaryBatch batch{{1, 5, 5, 5}, 1, 1};
+  batch.llm_assignment.rule = AssignmentRule::balanced;
+  batch.encoder_assignment.rule = AssignmentRule::balanced;
+  batch.llm_sequence.length = {100, 10, 10, 10};
+  batch.llm_sequence.images = {{{0, 1}}, {{0, 5}}, {{0, 5}}, {{0, 5}}};
+  auto loads = [](const ReplicaLoad& l) { return l.tokens; };
+  // Image-only: image tokens are what the LLM computes over.
+  EXPECT_EQ(module_replicas(llm, batch), (std::vector<int>{1, 0, 1, 0}));
+  EXPECT_EQ(loads(module_load(llm, batch)), (std::vector<std::int64_t>{10, 6}));
+  EXPECT_STREQ(sample_loads(llm, batch).measure, "image tokens");
+  // thd: by tokens the long sequence would share a replica (110 positions against 20); by positions
+  // it is alone (100 against 30, the best split).
+  batch.llm_sequence.format = SequenceFormat::thd;
+  EXPECT_EQ(module_replicas(llm, batch), (std::vector<int>{0, 1, 1, 1}));
+  const ReplicaLoad thd = module_load(llm, batch);
+  EXPECT_EQ(loads(thd), (std::vector<std::int64_t>{100, 30}));
+  EXPECT_EQ(thd.max, 100);
+  EXPECT_DOUBLE_EQ(thd.mean, 65);
+  EXPECT_STREQ(sample_loads(llm, batch).measure, "positions");
+  EXPECT_EQ(thd_cu_seqlens(llm, batch, 1), (std::vector<std::int64_t>{0, 10, 20, 30}));
+  // Padded lengths count: with a pad multiple of 64 the weights are 128, 64, 64, 64; the last sample
+  // ties at 192 either way and goes to the replica with fewer samples.
+  batch.llm_sequence.pad_multiple = 64;
+  EXPECT_EQ(module_replicas(llm, batch), (std::vector<int>{0, 1, 1, 0}));
+  EXPECT_EQ(loads(module_load(llm, batch)), (std::vector<std::int64_t>{192, 128}));
+  batch.llm_sequence.pad_multiple = 0;
+  // bshd: a replica computes samples x its padded length.
+  batch.llm_sequence.format = SequenceFormat::bshd;
+  EXPECT_EQ(module_replicas(llm, batch), (std::vector<int>{0, 1, 1, 1}));
+  EXPECT_EQ(loads(module_load(llm, batch)), (std::vector<std::int64_t>{100, 30}));
+  // A fixed padded length makes every sample cost S: the rule evens the sample counts.
+  batch.llm_sequence.padded_length = 100;
+  EXPECT_EQ(module_replicas(llm, batch), (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(loads(module_load(llm, batch)), (std::vector<std::int64_t>{200, 200}));
+  // The encoders still count image tokens (one sample per replica here).
+  EXPECT_EQ(module_replicas(layout.encoder(0), batch), (std::vector<int>{3, 0, 1, 2}));
+  EXPECT_EQ(loads(module_load(layout.encoder(0), batch)), (std::vector<std::int64_t>{5, 5, 5, 1}));
+  // bshd without a fixed length: longest first, then each where (samples + 1) x its length is least.
+  batch.llm_sequence.padded_length = 0;
+  batch.tokens = {1, 1, 1, 1};
+  batch.llm_sequence.length = {90, 100, 10, 10};
+  batch.llm_sequence.images = {{{0, 1}}, {{0, 1}}, {{0, 1}}, {{0, 1}}};
+  EXPECT_EQ(module_replicas(llm, batch), (std::vector<int>{1, 0, 1, 0}));  // 200 / 180, the best
+  EXPECT_EQ(loads(module_load(llm, batch)), (std::vector<std::int64_t>{200, 180}));
+}
+
+// On random combined inputs: the balanced map equals the oracle's (linear scans over each replica's
+// load after taking the sample), and the load is exactly the positions the replica's ranks hold:
+// summed over its cp ranks, and with sequence parallelism over its tp ranks, of buffer_bytes.
+TEST(HeteroAssignment, LlmLoadIsThePositionsItsRanksHold) {
+  std::mt19937_64 rng(test_seed(38));
+  int thd = 0, bshd = 0, lpt_cases = 0;
+  for (int i = 0; i < 3000; ++i) {
+    Case c = random_case(rng, 48, true);
+    if (c.batch.llm_sequence.format == SequenceFormat::image_only) continue;
+    c.batch.llm_assignment.rule = rng() % 4 == 0 ? AssignmentRule::contiguous : AssignmentRule::balanced;
+    c.batch.llm_assignment.replica.clear();
+    const Layout layout(c.spec);
+    const Module& llm = layout.llm();
+    validate_batch(c.batch, llm);
+    const std::vector<int> got = module_replicas(llm, c.batch);
+    ASSERT_EQ(got, oracle_replicas(llm, c.batch)) << c.describe();
+    const ReplicaLoad load = module_load(llm, c.batch);
+    const int per_cp = llm.sequence_parallel() ? llm.tp() : 1;
+    std::int64_t total = 0;
+    for (int d = 0; d < llm.dp(); ++d) {
+      std::int64_t held = 0;
+      for (int cp = 0; cp < llm.cp(); ++cp) {
+        for (int t = 0; t < per_cp; ++t) {
+          held += buffer_bytes(llm, c.batch, llm.rank(Coords{t, cp, d, llm.boundary_stage()})) / c.batch.row_bytes();
+        }
+      }
+      ASSERT_EQ(load.tokens[d], held) << "replica " << d << " " << c.describe();
+      total += held;
+    }
+    ASSERT_DOUBLE_EQ(load.mean, static_cast<double>(total) / llm.dp());
+    const bool padded = c.batch.llm_sequence.format == SequenceFormat::bshd;
+    (padded ? bshd : thd) += 1;
+    if (!padded && c.batch.llm_assignment.rule == AssignmentRule::balanced) {
+      const SampleLoads w = sample_loads(llm, c.batch);
+      const std::int64_t largest = w.weight.empty() ? 0 : *std::max_element(w.weight.begin(), w.weight.end());
+      ASSERT_LE(static_cast<double>(load.max), load.mean + static_cast<double>(largest)) << c.describe();
+      ++lpt_cases;
+    }
+  }
+  EXPECT_GT(thd, 300);
+  EXPECT_GT(bshd, 300);
+  EXPECT_GT(lpt_cases, 200);
+}
+
 // A balanced encoder feeding a contiguous LLM: samples arrive from scattered replicas, and the
 // contract holds (the random tests cover every pair of rules; this is the readable case).
 TEST(HeteroAssignment, PlansWorkWithAnyAssignment) {
@@ -751,16 +849,21 @@ std::vector<Seg> segs(const Module& m, const BoundaryBatch& b, int rank) {
   return out;
 }
 
-TEST(HeteroSequence, CombinedLayoutsByHand) {
-  LayoutSpec spec;
-  spec.world_size = 8;
-  spec.llm = ModuleSpec{"llm", 2, 2, 1, 0, true, 4, 4};
-  spec.encoders.push_back(ModuleSpec{"vision", 1, 1, 1, 0, false, 0, 4});
-  const Layout layout(spec);
+// The layout and batch of the examples by hand (above).
+Layout hand_layout() {
+  return two_modules(8, ModuleSpec{"llm", 2, 2, 1, 0, true, 4, 4}, ModuleSpec{"vision", 1, 1, 1, 0, false, 0, 4});
+}
+BoundaryBatch hand_batch(SequenceFormat format) {
   BoundaryBatch batch{{4, 2}, 1, 1};
-  batch.llm_sequence.format = SequenceFormat::thd;
+  batch.llm_sequence.format = format;
   batch.llm_sequence.length = {10, 5};
   batch.llm_sequence.images = {{{3, 4}}, {{1, 2}}};
+  return batch;
+}
+
+TEST(HeteroSequence, CombinedLayoutsByHand) {
+  const Layout layout = hand_layout();
+  BoundaryBatch batch = hand_batch(SequenceFormat::thd);
   const Module& llm = layout.llm();
   EXPECT_EQ(sequence_pad_multiple(llm, batch), 8);
   EXPECT_EQ(thd_cu_seqlens(llm, batch, 0), (std::vector<std::int64_t>{0, 16, 24}));
@@ -842,7 +945,20 @@ TEST(HeteroSequence, BadSequencesAreRejected) {
   EXPECT_EQ(message(bad), "sample 1: image 0 (offset 4, 2 tokens) ends past the sequence length 5");
   bad = q;
   bad.images[0] = {{3, 2}, {4, 2}};
-  EXPECT_EQ(message(bad), "sample 0: image 1 (offset 4, 2 tokens) starts before the previous image ends (5)");
+  EXPECT_EQ(message(bad), "sample 0: image 1 (offset 4, 2 tokens) starts before the previous image ends (5): "
+                         "images are ascending and disjoint");
+  // Issue 38: images hold at least one token, so equal offsets are refused too.
+  bad = q;
+  bad.images[0] = {{3, 0}, {3, 4}};
+  EXPECT_EQ(message(bad), "sample 0: image 0 (offset 3, 0 tokens) holds no tokens: every image holds at least one "
+                          "(a sample without images has an empty image list)");
+  bad.images[0] = {{3, 1}, {3, 3}};
+  EXPECT_EQ(message(bad), "sample 0: image 1 (offset 3, 3 tokens) starts before the previous image ends (4): "
+                          "images are ascending and disjoint");
+  bad = q;
+  bad.images[1] = {};  // a sample without images holds no tokens
+  EXPECT_EQ(message(bad), "sample 1: its images hold 0 tokens, the batch says 2");
+  EXPECT_EQ(message(bad, {4, 0}), "no error");
   bad = q;
   bad.images[0] = {{3, 3}};
   EXPECT_EQ(message(bad), "sample 0: its images hold 3 tokens, the batch says 4");
@@ -872,6 +988,42 @@ TEST(HeteroSequence, BadSequencesAreRejected) {
   } catch (const BatchError& e) {
     EXPECT_EQ(std::string(e.what()), "sequence length 9223372036854775806 padded to a multiple of 4 overflows 64 bits");
   }
+}
+
+// Issue 38: a bshd padded length is a multiple of the pad multiple in force (the default depends on
+// the LLM, so the check is validate_batch(batch, llm)'s, and every planner and buffer_segments make it).
+TEST(HeteroSequence, PaddedLengthIsAMultipleOfThePadMultiple) {
+  const Layout layout = hand_layout();
+  BoundaryBatch batch = hand_batch(SequenceFormat::bshd);
+  batch.llm_sequence.padded_length = 12;
+  auto message = [&](auto&& call) {
+    try {
+      call();
+    } catch (const BatchError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string want =
+      "bshd input: the padded length 12 is not a multiple of the pad multiple 8 (module 'llm': 2*cp = 4 times "
+      "tp = 2 with sequence parallelism): every sequence is padded to a multiple of it";
+  EXPECT_EQ(message([&] { validate_batch(batch); }), "no error");  // the multiple needs the LLM
+  EXPECT_EQ(message([&] { validate_batch(batch, layout.llm()); }), want);
+  EXPECT_EQ(message([&] { plan_forward(layout, 0, batch); }), want);
+  EXPECT_EQ(message([&] { plan_backward(layout, 0, batch); }), want);
+  EXPECT_EQ(message([&] { plan_rank(layout, 0, batch, Direction::forward, 5); }), want);
+  EXPECT_EQ(message([&] { lower_bounds(layout, 0, batch, Direction::forward); }), want);
+  EXPECT_EQ(message([&] { buffer_segments(layout.llm(), batch, 4); }), want);
+  batch.llm_sequence.pad_multiple = 3;
+  EXPECT_EQ(message([&] { validate_batch(batch, layout.llm()); }), "no error");
+  batch.llm_sequence.pad_multiple = 5;
+  EXPECT_EQ(message([&] { validate_batch(batch, layout.llm()); }),
+            "bshd input: the padded length 12 is not a multiple of the pad multiple 5 (given): every sequence is "
+            "padded to a multiple of it");
+  batch.llm_sequence.pad_multiple = 0;
+  batch.llm_sequence.padded_length = 16;
+  EXPECT_EQ(message([&] { validate_batch(batch, layout.llm()); }), "no error");
+  EXPECT_EQ(check_plan(layout, batch, plan_forward(layout, 0, batch)), "");
 }
 
 }  // namespace

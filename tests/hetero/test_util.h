@@ -89,9 +89,25 @@ inline int random_module(std::mt19937_64& rng, ModuleSpec& m, int ranks, int max
   }
 }
 
-// The LLM's combined input (thd or bshd): each sample's tokens split into 0-3 images with text
-// before, between and after them; sometimes a pad multiple or (bshd) a fixed padded length.
-inline void random_sequence(std::mt19937_64& rng, BoundaryBatch& batch) {
+// The pad multiple in force for an LLM of this shape (batch.h item 3), from the rule.
+inline std::int64_t oracle_pad_multiple(const LlmSequence& q, int tp, int cp, bool sp) {
+  if (q.pad_multiple > 0) return q.pad_multiple;
+  return (cp > 1 ? 2 * cp : 1) * (sp && tp > 1 ? tp : 1);
+}
+
+// A layout of an LLM and one encoder over `world` ranks.
+inline Layout two_modules(int world, const ModuleSpec& llm, const ModuleSpec& encoder) {
+  LayoutSpec spec;
+  spec.world_size = world;
+  spec.llm = llm;
+  spec.encoders.push_back(encoder);
+  return Layout(spec);
+}
+
+// The LLM's combined input (thd or bshd): each sample's tokens split into 0-3 images (each of at
+// least one token) with text before, between and after them; sometimes a pad multiple or (bshd) a
+// fixed padded length (a multiple of the pad multiple in force for `llm`).
+inline void random_sequence(std::mt19937_64& rng, BoundaryBatch& batch, const ModuleSpec& llm) {
   LlmSequence& q = batch.llm_sequence;
   q.format = rng() % 2 ? SequenceFormat::thd : SequenceFormat::bshd;
   q.length.clear();
@@ -99,11 +115,13 @@ inline void random_sequence(std::mt19937_64& rng, BoundaryBatch& batch) {
   std::int64_t longest = 0;
   for (std::int64_t tokens : batch.tokens) {
     std::vector<ImageSpan> images;
-    const int count = tokens == 0 ? static_cast<int>(rng() % 2) : 1 + static_cast<int>(rng() % 3);
+    const int drawn = tokens == 0 ? static_cast<int>(rng() % 2) : 1 + static_cast<int>(rng() % 3);
+    const int count = static_cast<int>(std::min<std::int64_t>(drawn, tokens));
     std::int64_t left = tokens, at = 0;
     for (int i = 0; i < count; ++i) {
       at += rng() % 3 == 0 ? 0 : static_cast<std::int64_t>(rng() % 5);  // text before the image
-      const std::int64_t n = i + 1 == count ? left : static_cast<std::int64_t>(rng() % (left + 1));
+      const std::int64_t room = left - (count - 1 - i);  // the images after this one need a token each
+      const std::int64_t n = i + 1 == count ? left : 1 + static_cast<std::int64_t>(rng() % room);
       images.push_back(ImageSpan{at, n});
       at += n;
       left -= n;
@@ -114,7 +132,9 @@ inline void random_sequence(std::mt19937_64& rng, BoundaryBatch& batch) {
     longest = std::max(longest, at);
   }
   q.pad_multiple = rng() % 3 == 0 ? pick(rng, {1, 3, 4, 6}) : 0;
-  q.padded_length = q.format == SequenceFormat::bshd && rng() % 3 == 0 ? longest + rng() % 5 : 0;
+  const std::int64_t mult = oracle_pad_multiple(q, llm.tp, llm.cp, llm.sequence_parallel);
+  const std::int64_t padded = longest + static_cast<std::int64_t>(rng() % 5);
+  q.padded_length = q.format == SequenceFormat::bshd && rng() % 3 == 0 ? (padded + mult - 1) / mult * mult : 0;
 }
 
 // With llm_inputs, half the cases give the LLM a combined thd/bshd input (random_sequence); without
@@ -183,7 +203,7 @@ inline Case random_case(std::mt19937_64& rng, int max_ranks = 48, bool llm_input
   };
   c.batch.encoder_assignment = random_assignment(encoder_dp);
   c.batch.llm_assignment = random_assignment(dp_of(c.spec.llm));
-  if (llm_inputs && rng() % 2 == 0) random_sequence(rng, c.batch);
+  if (llm_inputs && rng() % 2 == 0) random_sequence(rng, c.batch, c.spec.llm);
   return c;
 }
 
@@ -228,7 +248,19 @@ inline int oracle_replica(int num_samples, int dp, int s) {
   return -1;
 }
 
-// The replica of each sample, from the rules in batch.h: balanced by repeated linear scans.
+// Sample s's weight for module m's balanced rule, from batch.h: image tokens, or the LLM's padded
+// length under thd/bshd (S for every sample when a bshd padded length is given).
+inline std::int64_t oracle_weight(const Module& m, const BoundaryBatch& batch, int s) {
+  const LlmSequence& q = batch.llm_sequence;
+  if (m.role() != Role::llm || q.format == SequenceFormat::image_only) return batch.tokens[s];
+  if (q.format == SequenceFormat::bshd && q.padded_length > 0) return q.padded_length;
+  const std::int64_t mult = oracle_pad_multiple(q, m.tp(), m.cp(), m.sequence_parallel());
+  return (q.length[s] + mult - 1) / mult * mult;
+}
+
+// The replica of each sample, from the rules in batch.h: balanced by repeated linear scans over
+// every replica's load after taking the sample (the sum of its weights, or under bshd its samples x
+// the largest weight: the padded length all of them take).
 inline std::vector<int> oracle_replicas(const Module& m, const BoundaryBatch& batch) {
   const SampleAssignment& a = m.role() == Role::llm ? batch.llm_assignment : batch.encoder_assignment;
   const int n = batch.num_samples(), dp = m.dp();
@@ -238,19 +270,24 @@ inline std::vector<int> oracle_replicas(const Module& m, const BoundaryBatch& ba
     for (int s = 0; s < n; ++s) out[s] = oracle_replica(n, dp, s);
     return out;
   }
-  std::vector<std::int64_t> load(dp, 0);
-  std::vector<int> count(dp, 0);
+  const bool padded = m.role() == Role::llm && batch.llm_sequence.format == SequenceFormat::bshd;
+  std::vector<std::int64_t> weight(n), sum(dp, 0), largest(dp, 0), count(dp, 0);
+  for (int s = 0; s < n; ++s) weight[s] = oracle_weight(m, batch, s);
   for (int placed = 0; placed < n; ++placed) {
-    int next = -1;  // the unplaced sample with the most tokens, lowest index on ties
+    int next = -1;  // the unplaced sample of the largest weight, lowest index on ties
     for (int s = 0; s < n; ++s) {
-      if (out[s] < 0 && (next < 0 || batch.tokens[s] > batch.tokens[next])) next = s;
+      if (out[s] < 0 && (next < 0 || weight[s] > weight[next])) next = s;
     }
+    auto after = [&](int d) {
+      return padded ? (count[d] + 1) * std::max(largest[d], weight[next]) : sum[d] + weight[next];
+    };
     int best = 0;
     for (int d = 1; d < dp; ++d) {
-      if (load[d] < load[best] || (load[d] == load[best] && count[d] < count[best])) best = d;
+      if (after(d) < after(best) || (after(d) == after(best) && count[d] < count[best])) best = d;
     }
     out[next] = best;
-    load[best] += batch.tokens[next];
+    sum[best] += weight[next];
+    largest[best] = std::max(largest[best], weight[next]);
     ++count[best];
   }
   return out;
@@ -295,8 +332,7 @@ inline bool cp_keeps(std::int64_t P, int cp, int c, std::int64_t p) {
 inline void combined_oracle(const Module& m, const BoundaryBatch& batch, const std::vector<int>& samples,
                             const Coords& c, Oracle& o, int r) {
   const LlmSequence& q = batch.llm_sequence;
-  std::int64_t mult = q.pad_multiple;
-  if (mult == 0) mult = (m.cp() > 1 ? 2 * m.cp() : 1) * (m.sequence_parallel() ? m.tp() : 1);
+  const std::int64_t mult = oracle_pad_multiple(q, m.tp(), m.cp(), m.sequence_parallel());
   auto pad = [&](std::int64_t n) { return (n + mult - 1) / mult * mult; };
   struct Slot {
     int sample;

@@ -9,8 +9,10 @@
 //   assignment    contiguous, balanced, or a replica per sample in token-list form: "0,1,1x2".
 //   llm input     image-only, thd or bshd (SequenceFormat).
 //   images        each sample's images in its combined sequence as OFFSET+TOKENS, comma-separated;
-//                 samples separated by '/'; SPEC*N repeats a sample N times; an empty sample has none:
-//                 "3+576,700+576/10+1024*3//0+64" = 6 samples (two images, three of one, none, one).
+//                 samples separated by '/'; SPEC*N repeats a sample N times; an empty sample spec is
+//                 a sample without images: "3+576,700+576/10+1024*3//0+64" = 6 samples (two images,
+//                 three of one, none, one); "" = one sample without images. Offsets and token counts
+//                 are checked against the sequence by validate_batch (batch.h), not here.
 //
 // Every function throws ParseError with the offending text and what was expected.
 #pragma once

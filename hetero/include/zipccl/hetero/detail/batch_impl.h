@@ -135,10 +135,31 @@ inline std::int64_t thd_segments(const Module& m, const BoundaryBatch& batch, co
   return w.size();
 }
 
+// Megatron-LM's pad multiple for module m, spelled out for messages.
+inline std::string default_pad_multiple_text(const Module& m) {
+  const std::string cp = "2*cp = " + std::to_string(2 * static_cast<std::int64_t>(m.cp()));
+  const std::string tp = "tp = " + std::to_string(m.tp()) + " with sequence parallelism";
+  if (m.cp() > 1 && m.sequence_parallel()) return cp + " times " + tp;
+  return m.cp() > 1 ? cp : m.sequence_parallel() ? tp : "1";
+}
+
+// A bshd padded length must be a multiple of the pad multiple in force (batch.h item 3).
+inline void check_padded_length(const Module& m, const BoundaryBatch& batch) {
+  const LlmSequence& q = batch.llm_sequence;
+  if (q.format != SequenceFormat::bshd || q.padded_length == 0) return;
+  const std::int64_t mult = sequence_pad_multiple(m, batch);
+  if (q.padded_length % mult == 0) return;
+  throw BatchError("bshd input: the padded length " + std::to_string(q.padded_length) +
+                   " is not a multiple of the pad multiple " + std::to_string(mult) + " (" +
+                   (q.pad_multiple > 0 ? std::string("given") : "module '" + m.name() + "': " + default_pad_multiple_text(m)) +
+                   "): every sequence is padded to a multiple of it");
+}
+
 // The same for the padded (bshd) layout.
 inline std::int64_t bshd_segments(const Module& m, const BoundaryBatch& batch, const std::vector<int>& samples,
                                   int cp, int tp, std::vector<BufferSegment>& out) {
   const LlmSequence& q = batch.llm_sequence;
+  check_padded_length(m, batch);
   std::int64_t padded = q.padded_length;
   if (padded == 0) {
     std::int64_t longest = 0;
@@ -221,7 +242,14 @@ inline void validate_sequence(const BoundaryBatch& batch) {
                std::to_string(im.tokens) + " tokens)";
       };
       if (im.offset < 0 || im.tokens < 0) throw BatchError(what() + " has a negative offset or size");
-      if (im.offset < end) throw BatchError(what() + " starts before the previous image ends (" + std::to_string(end) + ")");
+      if (im.tokens == 0) {
+        throw BatchError(what() + " holds no tokens: every image holds at least one (a sample without images "
+                         "has an empty image list)");
+      }
+      if (im.offset < end) {
+        throw BatchError(what() + " starts before the previous image ends (" + std::to_string(end) +
+                         "): images are ascending and disjoint");
+      }
       if (im.offset > len || im.tokens > len - im.offset) {
         throw BatchError(what() + " ends past the sequence length " + std::to_string(len));
       }
@@ -281,6 +309,11 @@ inline void validate_batch(const BoundaryBatch& batch) {
   detail::validate_sequence(batch);
 }
 
+inline void validate_batch(const BoundaryBatch& batch, const Module& llm) {
+  validate_batch(batch);
+  detail::check_padded_length(llm, batch);
+}
+
 inline void check_boundary_fits(const Module& receiver, const BoundaryBatch& batch) {
   std::int64_t total = 0;
   for (std::int64_t n : batch.tokens) total += n * batch.row_bytes();  // fits: validate_batch
@@ -296,6 +329,8 @@ inline void check_boundary_fits(const Module& receiver, const BoundaryBatch& bat
 }
 
 namespace detail {
+inline void balanced_replicas(const std::vector<std::int64_t>& weight, bool padded, int dp, std::vector<int>& replica);
+
 // assign_replicas into `replica`, reusing its storage (per-rank planning runs every micro-batch).
 inline void assign_replicas_into(const std::vector<std::int64_t>& tokens, int dp, const SampleAssignment& a,
                                  const std::string& who, std::vector<int>& replica) {
@@ -323,21 +358,103 @@ inline void assign_replicas_into(const std::vector<std::int64_t>& tokens, int dp
     }
     return;
   }
+  balanced_replicas(tokens, false, dp, replica);
+}
+
+// The balanced rule (batch.h) over per-sample weights into `replica` (sized): their sums, or
+// (padded) samples x the largest weight.
+inline void balanced_replicas(const std::vector<std::int64_t>& weight, bool padded, int dp, std::vector<int>& replica) {
+  const int n = static_cast<int>(weight.size());
   std::vector<int> order(n);
   for (int s = 0; s < n; ++s) order[s] = s;
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return tokens[x] > tokens[y]; });
-  // Min-heap of (tokens, samples, replica): the least loaded replica on top, ties as documented.
-  using Slot = std::tuple<std::int64_t, int, int>;
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return weight[x] > weight[y]; });
+  // Min-heap of (load after taking the next sample, samples, replica), ties as documented. A sum adds
+  // the same weight to every replica, so its load so far orders them. A padded replica's largest
+  // weight is its first sample's (the order is descending), so one more sample costs (samples + 1) x
+  // that weight; an empty replica costs the sample's own weight, no more than any other replica and
+  // with fewer samples: it comes first (key 0), lowest index first. 128 bits: no key overflows.
+  using Slot = std::tuple<Int128, int, int>;
   std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> heap;
+  std::vector<std::int64_t> largest(padded ? dp : 0, 0);
   for (int d = 0; d < dp; ++d) heap.emplace(0, 0, d);
   for (int s : order) {
-    auto [load, count, d] = heap.top();
+    auto [key, count, d] = heap.top();
     heap.pop();
     replica[s] = d;
-    heap.emplace(load + tokens[s], count + 1, d);
+    if (!padded) {
+      heap.emplace(key + weight[s], count + 1, d);
+      continue;
+    }
+    if (count == 0) largest[d] = weight[s];
+    heap.emplace(static_cast<Int128>(count + 2) * largest[d], count + 1, d);
   }
 }
+
+// module_replicas into `replica`, reusing its storage (per-rank planning runs every micro-batch).
+inline void module_replicas_into(const Module& m, const BoundaryBatch& batch, std::vector<int>& replica) {
+  const SampleAssignment& a = batch.assignment(m);
+  if (a.rule != AssignmentRule::balanced || !combined_input(m, batch)) {
+    assign_replicas_into(batch.tokens, m.dp(), a, "module '" + m.name() + "'", replica);
+    return;
+  }
+  const SampleLoads loads = sample_loads(m, batch);
+  replica.resize(loads.weight.size());
+  balanced_replicas(loads.weight, loads.padded, m.dp(), replica);
+}
 }  // namespace detail
+
+inline std::vector<int> module_replicas(const Module& m, const BoundaryBatch& batch) {
+  std::vector<int> replica;
+  detail::module_replicas_into(m, batch, replica);
+  return replica;
+}
+
+inline SampleLoads sample_loads(const Module& m, const BoundaryBatch& batch) {
+  SampleLoads out;
+  if (!detail::combined_input(m, batch)) {
+    out.weight = batch.tokens;
+    return out;
+  }
+  const LlmSequence& q = batch.llm_sequence;
+  if (q.length.size() != batch.tokens.size()) {
+    throw BatchError(std::string(sequence_format_name(q.format)) + " input: " + std::to_string(q.length.size()) +
+                     " sequence lengths for " + std::to_string(batch.tokens.size()) + " samples");
+  }
+  const std::int64_t mult = sequence_pad_multiple(m, batch);
+  out.weight.resize(q.length.size());
+  for (std::size_t s = 0; s < q.length.size(); ++s) {
+    const bool fixed = q.format == SequenceFormat::bshd && q.padded_length > 0;
+    out.weight[s] = fixed ? q.padded_length : detail::round_up(q.length[s], mult);
+  }
+  out.padded = q.format == SequenceFormat::bshd;
+  out.measure = "positions";
+  return out;
+}
+
+inline ReplicaLoad module_load(const Module& m, const BoundaryBatch& batch) {
+  const SampleLoads loads = sample_loads(m, batch);
+  std::vector<int> replicas;
+  detail::module_replicas_into(m, batch, replicas);
+  const int dp = m.dp();
+  ReplicaLoad load;
+  load.measure = loads.measure;
+  load.tokens.assign(dp, 0);
+  std::vector<std::int64_t> count(dp, 0), largest(dp, 0);
+  for (std::size_t s = 0; s < replicas.size(); ++s) {
+    const int d = replicas[s];
+    ++count[d];
+    largest[d] = std::max(largest[d], loads.weight[s]);
+    if (!loads.padded) load.tokens[d] = detail::checked_add(load.tokens[d], loads.weight[s], "the load of a replica");
+  }
+  std::int64_t total = 0;
+  for (int d = 0; d < dp; ++d) {
+    if (loads.padded) load.tokens[d] = detail::checked_mul(count[d], largest[d], "the positions of a padded replica");
+    total = detail::checked_add(total, load.tokens[d], "the load of all replicas");
+    load.max = std::max(load.max, load.tokens[d]);
+  }
+  load.mean = static_cast<double>(total) / dp;
+  return load;
+}
 
 inline std::vector<int> assign_replicas(const std::vector<std::int64_t>& tokens, int dp,
                                         const SampleAssignment& a, const std::string& who) {

@@ -603,7 +603,7 @@ inline BoundaryPlan make_plan(const Layout& layout, int encoder, const BoundaryB
     BoundaryPlan relay = make_plan(layout, encoder, batch, one, direction);
     return max_sent(relay) < max_sent(direct) ? relay : direct;
   }
-  validate_batch(batch);
+  validate_batch(batch, layout.llm());
   layout.encoder(encoder);  // throws for a bad index
   check_boundary_fits(direction == Direction::forward ? layout.llm() : layout.encoder(encoder), batch);
   return Planner(layout, encoder, batch, options, direction).run();

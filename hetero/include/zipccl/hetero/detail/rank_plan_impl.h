@@ -26,7 +26,7 @@ class LazyPlacement {
         first_(tables.first),
         by_replica_(tables.by_replica),
         party_by_rank_(party_by_rank) {
-    assign_replicas_into(batch.tokens, m.dp(), batch.assignment(m), "module '" + m.name() + "'", replica_of_);
+    module_replicas_into(m, batch, replica_of_);
     slot_.resize(replica_of_.size());
     per_cp_ = m.sequence_parallel() ? m.tp() : 1;
     combined_ = combined_input(m, batch);
@@ -1046,7 +1046,7 @@ inline RankPlan plan_rank_in(RankWorkspace& workspace, const Layout& layout, int
     throw LayoutError("rank " + std::to_string(rank) + " is outside the world of " +
                       std::to_string(layout.world_size()) + " ranks");
   }
-  validate_batch(batch);
+  validate_batch(batch, layout.llm());
   layout.encoder(encoder);  // throws for a bad index
   check_boundary_fits(direction == Direction::forward ? layout.llm() : layout.encoder(encoder), batch);
   return RankPlanBuilder(layout, encoder, batch, direction, rank, options.max_transfers, workspace).run(options.strategy);

@@ -47,7 +47,7 @@ inline TrafficSummary summarize(const BoundaryPlan& plan, const Layout& layout) 
 
 inline LowerBounds lower_bounds(const Layout& layout, int encoder, const BoundaryBatch& batch,
                                 Direction direction) {
-  validate_batch(batch);
+  validate_batch(batch, layout.llm());
   layout.encoder(encoder);
   const int world = layout.world_size();
   const int src_index = direction == Direction::forward ? 1 + encoder : 0;
@@ -99,7 +99,7 @@ inline LowerBounds lower_bounds(const Layout& layout, int encoder, const Boundar
 
 inline TrafficSummary leader_broadcast_traffic(const Layout& layout, int encoder, const BoundaryBatch& batch,
                                                Direction direction) {
-  validate_batch(batch);
+  validate_batch(batch, layout.llm());
   layout.encoder(encoder);
   const int world = layout.world_size();
   const Module& src = layout.modules()[direction == Direction::forward ? 1 + encoder : 0];
