@@ -47,7 +47,8 @@ for f in "${files[@]}"; do
   # An extension module by any other name (Python imports a plain foo.so too): it defines PyInit_*.
   case "$(basename "$f")" in
     *.cpython-*.so | *.abi3.so | *.pyd) ;;
-    *) if nm -D --defined-only "$f" 2>/dev/null | awk '{print $NF}' | grep -q '^PyInit_'; then
+    *) # awk reads to the end: grep -q would stop early and fail the pipeline (pipefail, SIGPIPE).
+       if nm -D --defined-only "$f" 2>/dev/null | awk '$NF ~ /^PyInit_/ { found = 1 } END { exit !found }'; then
          echo "compiled CPython module: $name (defines PyInit_)"
          modules=$((modules + 1))
        fi ;;
