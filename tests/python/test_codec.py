@@ -159,12 +159,19 @@ def test_gil_is_released_while_coding():
         frame = zipccl.compress(x)
         n_enc, s_enc = ticks_during(lambda: zipccl.compress(x))
         n_dec, s_dec = ticks_during(lambda: zipccl.decompress(frame))
+        # The same through the caller's buffers (the loop a training step runs).
+        buf = np.empty(zipccl.max_compressed_size(x.nbytes), np.uint8)
+        out = np.empty_like(x)
+        n_into, s_into = ticks_during(lambda: zipccl.compress_into(x, buf))
+        n_out, s_out = ticks_during(lambda: zipccl.decompress(frame, out=out))
     finally:
         stop = True
         t.join()
     # Holding the GIL, the other thread would get at most a switch or two around the call.
     assert n_enc > 50, (n_enc, s_enc)
     assert n_dec > 50, (n_dec, s_dec)
+    assert n_into > 50, (n_into, s_into)
+    assert n_out > 50 and out.tobytes() == x.tobytes(), (n_out, s_out)
 
 
 def test_inspect_reports_the_tools_figures():
@@ -191,3 +198,68 @@ def test_contiguous_inputs_are_read_in_place():
         t = torch.randn(64, 64).bfloat16()
         view, kind = _readable(t)
         assert kind == "bf16" and view.ctypes.data == t.data_ptr() and view.nbytes == t.numel() * 2
+
+
+def test_buffer_protocol_inputs_and_outputs_are_used_in_place():
+    import array
+    import ctypes
+
+    from zipccl._codec import _readable, _writable
+
+    data = bytes(range(256)) * 64
+    # bytes: the address ctypes hands a C function for it is its own storage
+    assert _readable(data)[0].ctypes.data == ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+    ba = bytearray(data)
+    here = ctypes.addressof(ctypes.c_char.from_buffer(ba))
+    assert _readable(ba)[0].ctypes.data == here == _writable(ba).ctypes.data
+    assert _readable(memoryview(ba)[256:])[0].ctypes.data == here + 256
+    fl = array.array("f", range(1000))
+    view, kind = _readable(fl)
+    assert view.ctypes.data == fl.buffer_info()[0] and view.nbytes == 4000 and kind == "auto"
+    # Decoding into a bytearray writes that bytearray, which cannot be resized while it is exported.
+    frame = zipccl.compress(data)
+    out = bytearray(len(data))
+    assert zipccl.decompress(frame, out=out) is out and bytes(out) == data
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        zipccl.compress(memoryview(ba)[::2])
+
+
+def test_out_must_be_contiguous_writable_and_of_the_decoded_size():
+    x = gradient_like(4096, ml_dtypes.bfloat16)
+    frame = zipccl.compress(x)
+    strided = np.empty(8192, dtype=x.dtype)[::2]
+    with pytest.raises(ValueError, match="C-contiguous"):
+        zipccl.decompress(frame, out=strided)
+    ro = np.empty_like(x)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        zipccl.decompress(frame, out=ro)
+    with pytest.raises(ValueError, match="out holds 8190 bytes; the frames decode to 8192"):
+        zipccl.decompress(frame, out=np.empty(4095, dtype=x.dtype))
+    with pytest.raises(ValueError, match="writable"):
+        zipccl.compress_into(x, bytes(zipccl.max_compressed_size(x.nbytes)))
+    with pytest.raises(ValueError, match="dtype must be bf16, fp16, fp32 or a numpy dtype"):
+        zipccl.decompress(frame, dtype="int8")
+    with pytest.raises(ValueError, match="not a whole number of float32"):
+        zipccl.decompress(zipccl.compress(b"abc"), dtype=np.float32)
+    if torch is not None:
+        t = torch.empty(64, 128, dtype=torch.bfloat16)
+        with pytest.raises(ValueError, match="contiguous CPU tensor"):
+            zipccl.decompress(frame, out=t.t())
+        zipccl.decompress(frame, out=t.view(-1)[:4096])
+        assert t.view(-1)[:4096].view(torch.int16).numpy().tobytes() == x.tobytes()
+
+
+def test_bad_options_are_errors_before_any_coding():
+    x = gradient_like(1000, np.float32)
+    with pytest.raises(ValueError, match="threads must be 1..1024, not 0"):
+        zipccl.compress(x, threads=0)
+    with pytest.raises(ValueError, match="threads must be 1..1024, not 1025"):
+        zipccl.decompress(zipccl.compress(x), threads=1025)
+    with pytest.raises(ValueError, match="isa must be auto, scalar, avx2, avx512 or neon"):
+        zipccl.compress(x, isa="sse9")
+    with pytest.raises(TypeError):
+        zipccl.compress(x, threads=1.5)
+    with pytest.raises(ValueError):
+        zipccl.compress(x, threads=1 << 32)  # not wrapped to 0 by ctypes
+

@@ -1,5 +1,5 @@
 // Writes zipccl/_settings.py: the names in the plugin's settings registry (plugin/src/common/settings.cpp),
-// so that zipccl.enable() knows them without loading the native module. Run by the build
+// so that zipccl.enable() knows them without loading libzipccl.so. Run by the build
 // (tools/python/CMakeLists.txt), so the list is the registry's at every build and cannot drift.
 #include <cstdio>
 

@@ -6,30 +6,31 @@
 - :mod:`zipccl.hetero`: heterogeneous encoder/LLM parallelism on torch.distributed (needs torch).
 - ``python -m zipccl ...`` runs the ``zipccl`` tool.
 
-``import zipccl``, :func:`enable` and :func:`plugin_path` are pure Python: they need neither numpy nor
-the native module, so they work on any Python. The codec loads both at its first use.
+The native part is ``libzipccl.so``, a plain C library (the C API, ``zipccl/zipccl_c.h``) that the
+package loads with ctypes: it imports no CPython symbol, so one wheel serves every CPython.
+``import zipccl``, :func:`enable` and :func:`plugin_path` are pure Python: they load neither numpy nor
+that library. The codec loads both at its first use.
 """
 from typing import TYPE_CHECKING
 
+from ._errors import FormatError, LayoutError
 from ._paths import plugin_path, tool_path
 from ._plugin import enable
 from ._version import __version__
 
 if TYPE_CHECKING:
     from ._stats import stats
-    from ._codec import (FormatError, FrameInfo, compress, compress_into, decompress, frames, inspect,
-                         max_compressed_size)
+    from ._codec import FrameInfo, compress, compress_into, decompress, frames, inspect, max_compressed_size
 
-# Names served by _codec (numpy and the native module), loaded at the first use of one of them.
-_CODEC_NAMES = ("FormatError", "FrameInfo", "compress", "compress_into", "decompress", "frames", "inspect",
-                "max_compressed_size")
+# Names served by _codec (numpy and the C API library), loaded at the first use of one of them.
+_CODEC_NAMES = ("FrameInfo", "compress", "compress_into", "decompress", "frames", "inspect", "max_compressed_size")
 
 
 def simd_path() -> str:
     """The CPU kernel set the codec runs here: avx512, avx2, neon or scalar."""
-    from . import _zipccl
+    from . import _capi
 
-    return _zipccl.simd_path()
+    return _capi.simd_path()
 
 
 def __getattr__(name):
@@ -44,10 +45,6 @@ def __getattr__(name):
 
         globals()["stats"] = stats
         return stats
-    if name == "LayoutError":
-        from . import _zipccl
-
-        return _zipccl.LayoutError
     if name == "hetero":  # imports torch: only when asked for
         import importlib
 

@@ -1,21 +1,22 @@
 """The codec on numpy arrays, torch CPU tensors and bytes-like objects.
 
-Inputs are viewed as bytes without copying when they are contiguous; the native module holds the
-buffer and releases the GIL while it codes. Frames are those of ``zipccl compress``: a stream of
+Inputs are viewed as bytes without copying when they are contiguous, and their addresses handed to
+the C API library (zipccl._capi, ctypes), which codes while the GIL is released; the views here keep
+the buffers exported until the call returns. Frames are those of ``zipccl compress``: a stream of
 frames, each coding at most 8 MiB of input (gpu_codec/FORMAT.md section 8).
 """
+import operator
 import sys
 from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from . import _zipccl
+from . import _capi
 
-FormatError = _zipccl.FormatError
-
-_TYPE_CODES = {"none": 0, "bf16": 1, "fp16": 2, "fp32": 3, "auto": 255}
-_TYPE_NAMES = {v: k for k, v in _TYPE_CODES.items()}
-_KIND_NAMES = {0: "raw", 1: "const", 2: "coded"}
+_TYPE_CODES = _capi.TYPE_CODES
+_TYPE_NAMES = _capi.TYPE_NAMES
+_KIND_NAMES = _capi.KIND_NAMES
+_address = _capi.address
 
 
 class FrameInfo(NamedTuple):
@@ -45,7 +46,8 @@ def _numpy_type(dtype: np.dtype) -> str:
 
 
 def _readable(x: Any):
-    """(a C-contiguous byte buffer of x, its element type name). No copy for contiguous input."""
+    """(x's bytes as a 1-D uint8 array, its element type name). No copy for contiguous input: the
+    array is a view of x's memory and holds x (and its buffer export) while it lives."""
     torch = _torch()
     if torch is not None and isinstance(x, torch.Tensor):
         if x.device.type != "cpu":
@@ -65,11 +67,11 @@ def _readable(x: Any):
                         "tensor or a bytes-like object") from None
     if not mv.c_contiguous:
         raise ValueError("zipccl: the buffer is not C-contiguous")
-    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, "auto"
+    return np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, np.uint8), "auto"
 
 
 def _writable(out: Any):
-    """A writable byte view of out (which must be contiguous: decoding writes into it in place)."""
+    """A writable 1-D uint8 view of out (which must be contiguous: decoding writes into it in place)."""
     torch = _torch()
     if torch is not None and isinstance(out, torch.Tensor):
         if out.device.type != "cpu" or not out.is_contiguous():
@@ -82,7 +84,7 @@ def _writable(out: Any):
     mv = memoryview(out)
     if mv.readonly or not mv.c_contiguous:
         raise ValueError("zipccl: out must be a writable, contiguous buffer")
-    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+    return np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, np.uint8)
 
 
 def _type_code(dtype: Optional[str], detected: str) -> int:
@@ -90,6 +92,20 @@ def _type_code(dtype: Optional[str], detected: str) -> int:
     if name not in _TYPE_CODES:
         raise ValueError(f"zipccl: dtype must be one of bf16, fp16, fp32, none, auto; not {name!r}")
     return _TYPE_CODES[name]
+
+
+def _isa_code(isa: str) -> int:
+    if isa not in _capi.ISA_CODES:
+        raise ValueError(f"isa must be auto, scalar, avx2, avx512 or neon, not {isa!r}")
+    return _capi.ISA_CODES[isa]
+
+
+def _int(v: Any) -> int:
+    # What the C API takes as an int: an integer (TypeError otherwise), not wrapped by ctypes.
+    i = operator.index(v)
+    if not -(1 << 31) <= i < 1 << 31:
+        raise ValueError(f"zipccl: {i} is out of range")
+    return i
 
 
 def compress(x: Any, *, dtype: Optional[str] = None, block_log2: int = 0, threads: int = 1,
@@ -104,7 +120,11 @@ def compress(x: Any, *, dtype: Optional[str] = None, block_log2: int = 0, thread
     the CPU kernel set (same output). The GIL is released while coding.
     """
     buf, detected = _readable(x)
-    return _zipccl.compress(buf, _type_code(dtype, detected), block_log2, threads, isa)
+    code, isa_code = _type_code(dtype, detected), _isa_code(isa)
+    cap = _capi.max_compressed_size(buf.nbytes)
+    out = np.empty(cap, np.uint8)
+    n = _capi.compress(_address(buf), buf.nbytes, _address(out), cap, code, _int(block_log2), _int(threads), isa_code)
+    return out[:n].tobytes()
 
 
 def compress_into(x: Any, out: Any, *, dtype: Optional[str] = None, block_log2: int = 0, threads: int = 1,
@@ -113,18 +133,26 @@ def compress_into(x: Any, out: Any, *, dtype: Optional[str] = None, block_log2: 
     :func:`max_compressed_size` bytes); returns the bytes written. A loop that reuses one buffer
     skips the first-touch page faults of a fresh result on every call (3x at 64 MiB, BENCHMARKS.md)."""
     buf, detected = _readable(x)
-    return _zipccl.compress_into(buf, _writable(out), _type_code(dtype, detected), block_log2, threads, isa)
+    dst = _writable(out)
+    code, isa_code = _type_code(dtype, detected), _isa_code(isa)
+    cap = _capi.max_compressed_size(buf.nbytes)
+    if dst.nbytes < cap:
+        raise ValueError(f"out holds {dst.nbytes} bytes; compressing {buf.nbytes} bytes needs "
+                         f"max_compressed_size() = {cap}")
+    return _capi.compress(_address(buf), buf.nbytes, _address(dst), dst.nbytes, code, _int(block_log2), _int(threads),
+                          isa_code)
 
 
 def max_compressed_size(nbytes: int) -> int:
     """The most bytes :func:`compress` can produce for ``nbytes`` bytes of input."""
-    return _zipccl.max_compressed_size(nbytes)
+    return _capi.max_compressed_size(operator.index(nbytes))
 
 
 def frames(data: Any) -> List[FrameInfo]:
     """The headers of every frame in ``data`` (validated; blocks are not decoded)."""
     buf, _ = _readable(data)
-    return [FrameInfo(_KIND_NAMES[k], _TYPE_NAMES[t], o, f, b, e) for k, t, o, f, b, e in _zipccl.frames(buf)]
+    return [FrameInfo(_KIND_NAMES[k], _TYPE_NAMES[t], o, f, b, e)
+            for k, t, o, f, b, e in _capi.frames(_address(buf), buf.nbytes)]
 
 
 def _numpy_dtype(name: str) -> np.dtype:
@@ -153,7 +181,7 @@ def decompress(data: Any, out: Any = None, *, dtype: Any = None, threads: int = 
     """
     buf, _ = _readable(data)
     if out is None:
-        fs = _zipccl.frames(buf)
+        fs = _capi.frames(_address(buf), buf.nbytes)
         total = sum(f[2] for f in fs)
         if dtype is None:
             typed = [f[1] for f in fs if f[1] != _TYPE_CODES["none"]]
@@ -165,7 +193,12 @@ def decompress(data: Any, out: Any = None, *, dtype: Any = None, threads: int = 
                 raise ValueError(f"zipccl: the frames decode to {total} bytes, not a whole number of {dt.name}")
             dt = np.dtype(np.uint8)
         out = np.empty(total // dt.itemsize, dtype=dt)
-    _zipccl.decompress_into(buf, _writable(out), threads, isa)
+    dst = _writable(out)
+    threads, isa_code = _int(threads), _isa_code(isa)
+    total = _capi.decoded_size(_address(buf), buf.nbytes)  # the headers only: before anything is written
+    if total != dst.nbytes:
+        raise ValueError(f"out holds {dst.nbytes} bytes; the frames decode to {total}")
+    _capi.decompress(_address(buf), buf.nbytes, _address(dst), dst.nbytes, threads, isa_code)
     return out
 
 
@@ -180,4 +213,4 @@ def inspect(x: Any, *, dtype: Optional[str] = None, threads: int = 1) -> Dict[st
     and compared while measuring.
     """
     buf, detected = _readable(x)
-    return _zipccl.inspect(buf, _type_code(dtype, detected), threads)
+    return _capi.inspect(_address(buf), buf.nbytes, _type_code(dtype, detected), _int(threads))

@@ -12,3 +12,9 @@ def plugin_path() -> str:
 def tool_path() -> str:
     """Absolute path of the ``zipccl`` command-line tool inside this package."""
     return os.path.join(_HERE, "bin", "zipccl")
+
+
+def capi_path() -> str:
+    """Absolute path of ``libzipccl.so``, the C API library the codec and hetero run on
+    (header ``zipccl/zipccl_c.h``)."""
+    return os.path.join(_HERE, "lib", "libzipccl.so")

@@ -9,7 +9,7 @@ from ._paths import plugin_path
 
 # The names the plugin reads (plugin/src/common/settings.cpp's registry, written into _settings.py by
 # the build), without ZIPCCL_: enable() refuses others, so a typo is an error instead of a setting
-# silently ignored. Pure Python: enable() loads neither the native module nor numpy.
+# silently ignored. Pure Python: enable() loads neither libzipccl.so nor numpy.
 _SETTINGS = tuple(n[len("ZIPCCL_"):] for n in _settings.NAMES if n.startswith("ZIPCCL_"))
 _POLICIES = ("auto", "always", "never")
 PLUGIN_NAME = "zipccl"

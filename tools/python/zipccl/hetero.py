@@ -1,7 +1,7 @@
 """Heterogeneous parallelism on torch.distributed: an encoder and the LLM with their own tp/cp/dp/pp.
 
-:class:`Layout` is the C++ ``zipccl::hetero::Layout`` (same validation, same messages:
-:class:`LayoutError`); :func:`new_groups` makes every process group the layout needs with
+:class:`Layout` is the C++ ``zipccl::hetero::Layout`` through the C API library (same validation,
+same messages: :class:`LayoutError`); :func:`new_groups` makes every process group the layout needs with
 ``torch.distributed.new_group``; :class:`BoundaryExchange` moves the encoder's output into the LLM's
 input with ``batch_isend_irecv`` following the C++ boundary plan, and its ``__call__`` is an autograd
 function whose backward runs the adjoint plan (the LLM input's gradient back to the encoder). The
@@ -13,12 +13,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.distributed as dist
 
-from . import _zipccl
-
-LayoutError = _zipccl.LayoutError
-BatchError = _zipccl.BatchError
-
-_MODULE_FIELDS = ("name", "tp", "cp", "pp", "dp", "sequence_parallel", "first_rank", "num_ranks", "order")
+from . import _capi
+from ._errors import BatchError, LayoutError, LimitError  # noqa: F401 (zipccl.hetero.LimitError)
 
 
 class Module:
@@ -50,7 +46,7 @@ class Layout:
         self.world_size = int(world_size)
         self._llm = dict(llm)
         self._encoders = [dict(e) for e in encoders]
-        self.modules = [Module(i, m) for i, m in enumerate(_zipccl.validate_layout(self.world_size, self._llm,
+        self.modules = [Module(i, m) for i, m in enumerate(_capi.validate_layout(self.world_size, self._llm,
                                                                                      self._encoders))]
 
     @property
@@ -64,7 +60,7 @@ class Layout:
     def group_families(self) -> List[Tuple[str, int, List[List[int]]]]:
         """(kind, module index, rank lists) of every group family: per module tp, cp, dp, pp,
         model_parallel, then one boundary family per encoder (hetero/groups.h)."""
-        return _zipccl.group_families(self.world_size, self._llm, self._encoders)
+        return _capi.group_families(self.world_size, self._llm, self._encoders)
 
     def _batch(self, tokens, hidden, element_size, encoder_assignment, llm_assignment):
         def rule(a):
@@ -72,7 +68,7 @@ class Layout:
 
         er, erep = rule(encoder_assignment)
         lr, lrep = rule(llm_assignment)
-        return _zipccl.Batch([int(t) for t in tokens], int(hidden), int(element_size), er, lr, erep, lrep)
+        return _capi.Batch([int(t) for t in tokens], int(hidden), int(element_size), er, lr, erep, lrep)
 
     def segments(self, module: int, rank: int, tokens: Sequence[int], *, encoder_assignment="contiguous",
                  llm_assignment="contiguous") -> List[Tuple[int, int, int, int]]:
@@ -80,7 +76,7 @@ class Layout:
         ``module``'s boundary tensor (0: the LLM's input, 1 + e: encoder e's output), in the order of
         its packed local buffer; row_offset counts rows from the buffer's start."""
         b = self._batch(tokens, 1, 1, encoder_assignment, llm_assignment)
-        return _zipccl.segments(self.world_size, self._llm, self._encoders, module, b, rank)
+        return _capi.segments(self.world_size, self._llm, self._encoders, module, b, rank)
 
     def plan(self, encoder: int, tokens: Sequence[int], hidden: int, element_size: int, *, backward: bool = False,
              strategy: str = "direct", encoder_assignment="contiguous", llm_assignment="contiguous") -> Dict[str, Any]:
@@ -89,7 +85,7 @@ class Layout:
         0 is the sender's source buffer, 1 its destination buffer), source_bytes and
         destination_bytes per rank."""
         b = self._batch(tokens, hidden, element_size, encoder_assignment, llm_assignment)
-        return _zipccl.plan(self.world_size, self._llm, self._encoders, encoder, b, backward, strategy)
+        return _capi.plan(self.world_size, self._llm, self._encoders, encoder, b, backward, strategy)
 
 
 def new_groups(layout: Layout, backend: Optional[str] = None) -> Dict[Tuple[str, str], Any]:
