@@ -204,24 +204,28 @@ def test_warns_when_a_process_group_already_exists(clean_env):
     assert r.stdout.startswith("1 ") and "before init_process_group" in r.stdout
 
 
-def test_warns_when_libnccl_is_already_loaded(clean_env):
-    # A stand-in named like NCCL's library: enable() looks for libnccl.so in the process's maps.
+def test_warns_when_nccl_has_loaded_a_net_plugin_not_for_libnccl_alone(clean_env):
+    # `import torch` maps NCCL's own library long before NCCL initialises: no warning for that. A net
+    # plugin mapped means NCCL initialised and read NCCL_NET_PLUGIN already: a warning.
     src = clean_env / "nccl_stub.c"
     src.write_text("int ncclGetVersion(int* v) { *v = 0; return 0; }\n")
-    lib = clean_env / "libnccl.so.2"
-    if subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)]).returncode != 0:
-        pytest.skip("no C compiler")
+    nccl = clean_env / "libnccl.so.2"
+    net = clean_env / "libnccl-net-other.so"
+    for lib in (nccl, net):
+        if subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)]).returncode != 0:
+            pytest.fail("no C compiler (tools/test.sh installs one)")
     code = ("import ctypes, warnings, zipccl\n"
             "with warnings.catch_warnings(record=True) as w:\n"
             "    warnings.simplefilter('always')\n"
+            f"    ctypes.CDLL({str(nccl)!r})\n"
             "    zipccl.enable()\n"
             "    n0 = len(w)\n"
-            f"    ctypes.CDLL({str(lib)!r})\n"
+            f"    ctypes.CDLL({str(net)!r})\n"
             "    zipccl.enable()\n"
             "print(n0, len(w), w[-1].message if w else '')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("0 1 ") and "NCCL is already loaded" in r.stdout
+    assert r.stdout.startswith("0 1 ") and "already loaded a net plugin" in r.stdout, r.stdout
 
 
 def test_stats_reads_the_plugins_records_from_a_real_run(clean_env):

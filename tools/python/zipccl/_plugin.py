@@ -94,10 +94,13 @@ def _inner_from_nccl(path: str) -> Tuple[Optional[str], Optional[str]]:
                    "zipccl compresses over it")
 
 
-def _nccl_loaded() -> bool:
+def _nccl_net_plugin_loaded() -> bool:
+    # NCCL loads its net plugin (libnccl-net.so, libnccl-net-<name>.so) when it initialises, at the
+    # first communicator or unique id: a mapped one means NCCL has read NCCL_NET_PLUGIN already. NCCL's
+    # own library being mapped says nothing: `import torch` maps it long before any communicator.
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            return any("libnccl.so" in line or "libnccl_static" in line for line in f)
+            return any("libnccl-net" in line for line in f)
     except OSError:
         return False
 
@@ -121,7 +124,7 @@ def enable(policy: str = "auto", *, stats_file: Optional[str] = None,
     plugin (absolute path), ``ZIPCCL_COMPRESS`` to ``policy`` (auto, always, never),
     ``ZIPCCL_STATS_FILE`` to ``stats_file`` when given, and ``ZIPCCL_<NAME>`` for each keyword
     (``enable(min_bytes=65536, codec_isa="avx2")``; see ``zipccl doctor``). Returns the variables
-    set. Warns when NCCL is already loaded or a process group exists (NCCL reads the plugin setting
+    set. Warns when NCCL has already loaded a net plugin or a process group exists (NCCL reads the plugin setting
     once, at its first communicator), and when an NCCL configuration file or ``NCCL_NET`` chooses
     something else.
 
@@ -176,10 +179,10 @@ def enable(policy: str = "auto", *, stats_file: Optional[str] = None,
                             f"not {inner!r}")
         env["ZIPCCL_NET_INNER"] = ",".join(n.strip() for n in names if n.strip()) or "none"
 
-    if _nccl_loaded() or _torch_process_group_exists():
-        warnings.warn("zipccl.enable: NCCL is already loaded or a torch.distributed process group exists in "
-                      "this process; NCCL reads NCCL_NET_PLUGIN when it creates its first communicator, so "
-                      "communicators made before now do not use zipccl. Call enable() before "
+    if _nccl_net_plugin_loaded() or _torch_process_group_exists():
+        warnings.warn("zipccl.enable: NCCL has already loaded a net plugin or a torch.distributed process group "
+                      "exists in this process; NCCL reads NCCL_NET_PLUGIN when it creates its first "
+                      "communicator, so communicators made before now do not use zipccl. Call enable() before "
                       "init_process_group.", RuntimeWarning, stacklevel=2)
     for conf in _nccl_conf_files():
         values = _read_conf(conf)
