@@ -10,7 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ZIPCCL_TEST_PACKAGES=()
 ZIPCCL_TEST_PY_PACKAGES=()
 if [[ "${ZIPCCL_QUICK:-0}" != 1 ]]; then
-  ZIPCCL_TEST_PACKAGES=(g++-aarch64-linux-gnu qemu-user libfabric-dev libfabric-bin libhwloc-dev autoconf automake
+  ZIPCCL_TEST_PACKAGES=(g++-aarch64-linux-gnu qemu-user file libfabric-dev libfabric-bin libhwloc-dev autoconf automake
                         libtool)
   ZIPCCL_TEST_PY_PACKAGES=(python3-venv python3-numpy python3-pytest python3-torch)
 fi
@@ -95,7 +95,7 @@ run_ctest build-tsan -R '^(never|always|auto6)[.]|Faults|Garbage|PluginAbi|Socke
 # a CTA's threads is a TSan report, as racecheck's hazard is on a GPU.
 run_ctest build-tsan -R '^HostCta[.]|^Emulated[.]FramesMatchCpuPerType$|^Emulated/EmulatedSchedule[.].*/Free$'
 
-stage "CPU codec on AArch64 (NEON kernels; cross-built, run under qemu-user)"
+stage "AArch64 (cross-built for glibc 2.28; under qemu-aarch64: codec with NEON, plugin conformance, tool, .deb, C API from arm64 CPython)"
 count_passed tools/arm64_check.sh
 
 stage "x86-64 CPUs without AVX-512 / AVX2 (the Release build under qemu-x86_64 -cpu Nehalem, Haswell)"

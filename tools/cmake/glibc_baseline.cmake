@@ -6,8 +6,9 @@
 # plugin/src/common/glibc_compat.c supplying the few newer symbols that this machine's headers and GCC's
 # runtime still reference. The test glibc_baseline (tests/glibc_baseline) checks the result.
 #
-# zipccl_glibc_baseline(<target>) applies this to one target where it can work: Linux x86_64, GCC,
-# no sanitizers or fuzzing (their runtimes are dynamic and need this machine's glibc anyway).
+# zipccl_glibc_baseline(<target>) applies this to one target where it can work: Linux x86_64 or
+# aarch64 (natively or cross-compiled: tools/arm64_check.sh, Zig links for the compiler's target),
+# GCC, no sanitizers or fuzzing (their runtimes are dynamic and need this machine's glibc anyway).
 # Zig comes from PyPI (`pip install ziglang`, tools/setup.sh) or a `zig` on the PATH.
 
 set(ZIPCCL_GLIBC_BASELINE "2.28" CACHE STRING
@@ -15,7 +16,7 @@ set(ZIPCCL_GLIBC_BASELINE "2.28" CACHE STRING
 
 # WANTED: this build should meet the baseline (tests/glibc_baseline checks it); ACTIVE: Zig is here.
 set(ZIPCCL_GLIBC_BASELINE_WANTED OFF)
-if(ZIPCCL_GLIBC_BASELINE AND CMAKE_SYSTEM_NAME STREQUAL "Linux" AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64"
+if(ZIPCCL_GLIBC_BASELINE AND CMAKE_SYSTEM_NAME STREQUAL "Linux" AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|aarch64|arm64)$"
    AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT ZIPCCL_SANITIZE AND NOT ZIPCCL_FUZZ)
   set(ZIPCCL_GLIBC_BASELINE_WANTED ON)
 endif()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Link launcher (CXX_LINKER_LAUNCHER, set by glibc_baseline.cmake): CMake runs
 #   zig_link.sh <glibc version> <zig command...> -- <c++ compiler> <link arguments...>
-# and this links the same objects and archives with `zig cc -target x86_64-linux-gnu.<version>`,
+# and this links the same objects and archives with `zig cc -target <arch>-linux-gnu.<version>`
+# (<arch>: the compiler's target, x86_64 or aarch64 when cross-compiling),
 # whose stub libraries hold only that glibc's symbols, so every reference binds to a version that
 # glibc already had. The C++ runtime stays GCC's (the objects were compiled against its headers):
 # its static archives are named explicitly, where g++ would add them itself.
@@ -55,4 +56,13 @@ extra=(-lm -lpthread -ldl -lrt)
 # target's copies are loaded, so their needs are not ours to check.
 ((shared)) || extra+=(-fPIE -Wl,--allow-shlib-undefined)
 
-exec "${zig[@]}" cc -target "x86_64-linux-gnu.$glibc" "${args[@]}" "${runtime[@]}" "${extra[@]}"
+case $("$compiler" -dumpmachine) in
+  x86_64-*) arch=x86_64 ;;
+  aarch64-*) arch=aarch64 ;;
+  *)
+    echo "zig_link.sh: $compiler targets $("$compiler" -dumpmachine), not x86_64 or aarch64 Linux" >&2
+    exit 1
+    ;;
+esac
+
+exec "${zig[@]}" cc -target "$arch-linux-gnu.$glibc" "${args[@]}" "${runtime[@]}" "${extra[@]}"

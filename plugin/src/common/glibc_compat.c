@@ -3,7 +3,7 @@
  * compiled with this machine's headers and GCC's static libstdc++/libgcc_eh, which name them. Each
  * is hidden, so it binds only inside the plugin or the tool and never replaces the host's copy for
  * anyone else, and each does what glibc's own does, through interfaces 2.28 already has.
- * x86_64 only: the stat wrappers below name x86_64's _STAT_VER and symbol version. */
+ * x86_64 and aarch64: the stat wrappers below name each one's _STAT_VER and symbol version. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -89,9 +89,21 @@ ZIPCCL_HIDDEN uint32_t arc4random(void) {
 
 /* From glibc 2.33 the stat family is real functions; up to 2.32 the headers made them inline calls
  * to __xstat/__fxstat/__lxstat (and the *64 forms) with a structure version, which every glibc since
- * exports under GLIBC_2.2.5. These are exactly what the 2.28 headers compiled to. On x86_64 the
- * version is _STAT_VER_LINUX (1), and struct stat and struct stat64 have the same layout. */
+ * exports under the architecture's first symbol version. These are exactly what the 2.28 headers
+ * compiled to. On both architectures struct stat and struct stat64 have the same layout; the
+ * structure version is _STAT_VER_LINUX (1) on x86_64 and _STAT_VER_KERNEL (0, the generic Linux
+ * ABI's only one) on aarch64, whose first version is GLIBC_2.17. */
+#if defined(__x86_64__)
 enum { kStatVerLinux = 1 };
+#define ZIPCCL_GLIBC_FIRST "GLIBC_2.2.5"
+#define ZIPCCL_GLIBC_FXSTATAT "GLIBC_2.4"
+#elif defined(__aarch64__)
+enum { kStatVerLinux = 0 };
+#define ZIPCCL_GLIBC_FIRST "GLIBC_2.17"
+#define ZIPCCL_GLIBC_FXSTATAT "GLIBC_2.17"
+#else
+#error "glibc_compat.c: the stat structure version and symbol versions of this architecture are not known"
+#endif
 extern int __xstat(int ver, const char *path, struct stat *buf);
 extern int __fxstat(int ver, int fd, struct stat *buf);
 extern int __lxstat(int ver, const char *path, struct stat *buf);
@@ -101,13 +113,13 @@ extern int __fxstat64(int ver, int fd, struct stat64 *buf);
 extern int __lxstat64(int ver, const char *path, struct stat64 *buf);
 /* Linking against glibc 2.33+ these exist only as compatibility versions; name the version so the
  * file also links there (against 2.28 it is the default version anyway). */
-__asm__(".symver __xstat,__xstat@GLIBC_2.2.5");
-__asm__(".symver __fxstat,__fxstat@GLIBC_2.2.5");
-__asm__(".symver __lxstat,__lxstat@GLIBC_2.2.5");
-__asm__(".symver __fxstatat,__fxstatat@GLIBC_2.4");
-__asm__(".symver __xstat64,__xstat64@GLIBC_2.2.5");
-__asm__(".symver __fxstat64,__fxstat64@GLIBC_2.2.5");
-__asm__(".symver __lxstat64,__lxstat64@GLIBC_2.2.5");
+__asm__(".symver __xstat,__xstat@" ZIPCCL_GLIBC_FIRST);
+__asm__(".symver __fxstat,__fxstat@" ZIPCCL_GLIBC_FIRST);
+__asm__(".symver __lxstat,__lxstat@" ZIPCCL_GLIBC_FIRST);
+__asm__(".symver __fxstatat,__fxstatat@" ZIPCCL_GLIBC_FXSTATAT);
+__asm__(".symver __xstat64,__xstat64@" ZIPCCL_GLIBC_FIRST);
+__asm__(".symver __fxstat64,__fxstat64@" ZIPCCL_GLIBC_FIRST);
+__asm__(".symver __lxstat64,__lxstat64@" ZIPCCL_GLIBC_FIRST);
 
 ZIPCCL_HIDDEN int stat(const char *path, struct stat *buf) { return __xstat(kStatVerLinux, path, buf); }
 ZIPCCL_HIDDEN int fstat(int fd, struct stat *buf) { return __fxstat(kStatVerLinux, fd, buf); }
@@ -125,8 +137,8 @@ ZIPCCL_HIDDEN int lstat64(const char *path, struct stat64 *buf) { return __lxsta
  * computed the way the unwinder itself did before 2.35: walk the loaded objects with
  * dl_iterate_phdr; the object whose mapping (first PT_LOAD page .. end of the last PT_LOAD, as the
  * loader's l_map_start/l_map_end) holds the address is the answer, its PT_GNU_EH_FRAME segment the
- * unwind table. Returns 0 and fills *result, or -1 when no object holds the address. x86_64 has no
- * dlfo_eh_dbase (DLFO_STRUCT_HAS_EH_DBASE is 0). */
+ * unwind table. Returns 0 and fills *result, or -1 when no object holds the address. Neither x86_64
+ * nor aarch64 has dlfo_eh_dbase (DLFO_STRUCT_HAS_EH_DBASE is 0). */
 struct find_object_query {
   uintptr_t address;
   uintptr_t page_size;
