@@ -223,7 +223,7 @@ size_t decompress_into(nb::handle src, nb::handle dst, int threads, const std::s
   return static_cast<size_t>(total);
 }
 
-// The figures of one row of `zipccl inspect` (tools/inspect.h), for one buffer.
+// The figures of one row of `zipccl inspect` (tools/zipccl/inspect.h), for one buffer.
 nb::dict inspect(nb::handle src, int type, int threads) {
   check_threads(threads);
   Buffer in(src, false);
