@@ -12,7 +12,10 @@ the code to it.
           - an #include "..." reaches into a room its own room does not link (an arrow the wrong way),
             or into the test doubles from a product room;
           - the room links form a cycle;
-          - docs/ARCHITECTURE.md's room picture is not the one `draw` prints.
+          - docs/ARCHITECTURE.md's room picture is not the one `draw` prints;
+          - tools/ is not one folder per kind: a C or C++ source of the command lies loose in tools/
+            (its place is tools/zipccl/, whose CMakeLists.txt the picture reads), or that folder's
+            CMakeLists.txt is missing.
   draw    prints the picture, generated from the CMake links.
 
 The root header transport.h (the transports' interface) may be included by every room but common.
@@ -31,6 +34,10 @@ GENERATED = {"zipccl_git_commit.h"}
 ROOT_HEADERS = {"transport.h"}
 PICTURE_BEGIN = "<!-- plugin-rooms:begin (generated: tools/plugin_rooms.py draw) -->"
 PICTURE_END = "<!-- plugin-rooms:end -->"
+# The `zipccl` command's sources and build: tools/ keeps one folder per kind (zipccl/, capi/, python/,
+# cmake/) and, loose, only the scripts (and flowcap_shim.c, which flowcap_bench.sh compiles).
+TOOL_CMAKE = os.path.join("tools", "zipccl", "CMakeLists.txt")
+SCRIPT_SOURCES = {"flowcap_shim.c"}
 # What each room is, for the picture (one line).
 ROLE = {
     "abi": "the exported net tables and their guard; tuner, profiler, CollNet passed through; picks a transport",
@@ -163,6 +170,12 @@ def check(root):
                 problems.append(
                     f"{where}: room {room} does not link {first} (its CMake links: "
                     f"{', '.join(sorted(links.get(room, ()))) or 'none'}) - an arrow the wrong way")
+    if not os.path.exists(os.path.join(root, TOOL_CMAKE)):
+        problems.append(f"{TOOL_CMAKE}: missing (the `zipccl` command's build, read for the picture)")
+    for name in sorted(os.listdir(os.path.join(root, "tools"))):
+        if name.endswith(SOURCE_EXT) and name not in SCRIPT_SOURCES:
+            problems.append(f"tools/{name}: a source loose in tools/; the command's go in tools/zipccl/ "
+                            "(tools/ holds a folder per kind, and the scripts)")
     arch = os.path.join(root, "docs", "ARCHITECTURE.md")
     text = open(arch).read() if os.path.exists(arch) else ""
     if PICTURE_BEGIN not in text or PICTURE_END not in text:
@@ -177,18 +190,18 @@ def check(root):
 
 def consumers(root):
     """[(binary, [rooms])] for the shared objects (plugin/CMakeLists.txt's zipccl_plugin_shared) and the
-    tool (tools/CMakeLists.txt), from their CMake lists."""
+    tool (TOOL_CMAKE), from their CMake lists."""
     out = []
     text = strip_cmake_comments(open(os.path.join(root, "plugin", "CMakeLists.txt")).read())
     for m in re.finditer(r"zipccl_plugin_shared\(\s*([\w-]+)\s+([^)]*)\)", text):
         rooms = [t[len("zipccl_plugin_"):] for t in m.group(2).split() if t.startswith("zipccl_plugin_")]
         out.append((f"lib{m.group(1)}.so", rooms))
-    tools = os.path.join(root, "tools", "CMakeLists.txt")
-    if os.path.exists(tools):
+    tools = os.path.join(root, TOOL_CMAKE)
+    if os.path.exists(tools):  # check() reports it missing
         text = strip_cmake_comments(open(tools).read())
         rooms = sorted({m.group(1) for m in re.finditer(r"\bzipccl_plugin_(\w+)", text)})
         if rooms:
-            out.append(("zipccl (the tool)", rooms))
+            out.append(("zipccl (the tool, tools/zipccl)", rooms))
     return out
 
 

@@ -1,4 +1,4 @@
-// codec_isa_pair [SET [MIB [REPS]]]: one built-in data set (tools/datasets.h; default
+// codec_isa_pair [SET [MIB [REPS]]]: one built-in data set (tools/zipccl/datasets.h; default
 // gauss-bf16-s1e-3, 64 MiB, 5 repetitions) encoded and decoded on one thread with the scalar, AVX2
 // and AVX-512 kernel sets in turn, in one process on the same input, every frame compared with the
 // first set's and every output with the input. Prints each set's best GB/s by the thread's CPU time
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "../../tools/datasets.h"
+#include "../../tools/zipccl/datasets.h"
 #include "zipccl/codec.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // GPU codec throughput (uncompressed bytes per second), timed with CUDA events, launch included.
 // Usage: zipccl_gpu_bench [--quick]. Prints one line per measurement and a table last.
-// Data: the `zipccl bench` sets (tools/datasets.cpp) when built with them, else seeded Gaussians;
+// Data: the `zipccl bench` sets (tools/zipccl/datasets.cpp) when built with them, else seeded Gaussians;
 // inputs above 256 MiB repeat a 256 MiB pattern. Rows marked b16K encode bf16 in the CPU's
 // 16384-element blocks instead of the GPU's default 8192.
 #include <cuda_runtime_api.h>

@@ -372,7 +372,7 @@ TEST(PassthroughAll, TunerRule) {
   EXPECT_EQ(tuner_forward_version(7, ofi), 0);
 }
 
-// `zipccl doctor`'s line (tools/doctor_passthrough.cpp) for this run's inner library: each
+// `zipccl doctor`'s line (tools/zipccl/doctor_passthrough.cpp) for this run's inner library: each
 // '|'-separated part of ZIPCCL_TEST_DOCTOR_SAYS must be in it, in order (CMake splits arguments at ';').
 TEST(PassthroughAll, DoctorLine) {
   const char* inner = std::getenv("ZIPCCL_NET_INNER");

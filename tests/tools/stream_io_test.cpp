@@ -1,4 +1,4 @@
-// The input side of `zipccl compress` / `decompress` (tools/stream_io.h): a regular file is mapped and
+// The input side of `zipccl compress` / `decompress` (tools/zipccl/stream_io.h): a regular file is mapped and
 // read in place, a pipe is read into a buffer, and a mapped file that shrinks under the reader gives
 // lost bytes (zeros and InputBytes::lost), never a SIGBUS that ends the process. The shrinking is
 // made deterministic by truncating the file between taking its bytes and using them.

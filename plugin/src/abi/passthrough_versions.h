@@ -1,5 +1,5 @@
 // Which inner table a pass-through call goes to, per kind. Header-only and free of the plugin's
-// state, so `zipccl doctor` (tools/doctor_passthrough.cpp) reports exactly what the plugin does.
+// state, so `zipccl doctor` (tools/zipccl/doctor_passthrough.cpp) reports exactly what the plugin does.
 #pragma once
 
 namespace zipccl {

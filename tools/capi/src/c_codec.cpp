@@ -16,7 +16,7 @@ static_assert(sizeof(zipccl_frame_info) == 32, "zipccl_frame_info is 32 bytes");
 
 namespace {
 
-// tools/frame_stream.h's kDefaultFrameInput: the tool and the Python package write the same bytes.
+// tools/zipccl/frame_stream.h's kDefaultFrameInput: the tool and the Python package write the same bytes.
 constexpr size_t kFrameInput = ZIPCCL_FRAME_INPUT;
 
 bool stream_bound(size_t n, size_t* bound) {

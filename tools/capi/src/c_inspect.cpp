@@ -1,4 +1,4 @@
-// `zipccl inspect`'s figures of one buffer behind the C API: the tool's own code (tools/inspect.cpp),
+// `zipccl inspect`'s figures of one buffer behind the C API: the tool's own code (tools/zipccl/inspect.cpp),
 // so that Python's zipccl.inspect and the tool agree.
 #include <algorithm>
 #include <cstdint>

@@ -144,7 +144,7 @@ ZIPCCL_C_API int zipccl_frames(const void* src, size_t n, zipccl_frame_info* fra
 ZIPCCL_C_API int zipccl_decompress(const void* src, size_t n, void* dst, size_t dst_capacity, size_t* written,
                                    int threads, int isa);
 
-/* What `zipccl inspect` measures of one buffer (tools/inspect.h). 2,408 bytes, no padding. */
+/* What `zipccl inspect` measures of one buffer (tools/zipccl/inspect.h). 2,408 bytes, no padding. */
 typedef struct zipccl_inspect_report {
   int32_t elem_type;          /* the type it was coded as (ZIPCCL_TYPE_*; never AUTO) */
   int32_t type_detected;      /* 1 when elem_type was detected from the bytes (AUTO) */

@@ -1,6 +1,6 @@
 // `zipccl inspect FILE [-t TYPE] [--svg OUT]`: per tensor of a checkpoint or tensor dump, the element
 // type, exponent histogram, entropy, predicted and actual compressed size; then what zipccl would save
-// on the wire. See tools/inspect.h (the measurements) and tools/svg.h (the picture).
+// on the wire. See tools/zipccl/inspect.h (the measurements) and tools/zipccl/svg.h (the picture).
 #include <cstdio>
 #include <cstring>
 #include <fstream>

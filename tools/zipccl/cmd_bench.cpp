@@ -1,5 +1,5 @@
 // `zipccl bench`: the codec's ratio and speed beside zstd and lz4 on the same bytes in the same run,
-// with the order-0 entropy bounds of the codec's plane model (tools/entropy.h).
+// with the order-0 entropy bounds of the codec's plane model (tools/zipccl/entropy.h).
 //
 // Every codec and baseline round trip is checked bit-exact; a mismatch fails the run (exit 1).
 #if ZIPCCL_HAVE_BASELINES

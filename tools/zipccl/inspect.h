@@ -1,7 +1,7 @@
 // `zipccl inspect`: what zipccl does to each tensor of a checkpoint or tensor dump. Per tensor: the
 // element type, the histogram of IEEE exponents, the order-0 entropy of the codec's plane model
-// (tools/entropy.h), the size that bound predicts, and the size zipccl's codec actually produces
-// (every frame decoded again and compared). The text table and the SVG picture (tools/svg.h) are
+// (tools/zipccl/entropy.h), the size that bound predicts, and the size zipccl's codec actually produces
+// (every frame decoded again and compared). The text table and the SVG picture (tools/zipccl/svg.h) are
 // both drawn from an InspectReport.
 #pragma once
 
@@ -83,7 +83,7 @@ std::string report_table(const InspectReport& r);
 bool is_frame_stream(const std::string& path);
 // Lists such a stream to `out`, one line per frame (offset, kind, type, block size, bytes before and
 // after, ratio), every frame decoded to check it, then the totals. Reads the frames one at a time
-// into reused buffers (tools/inspect_stream.cpp). False with *error at the first frame that does not
+// into reused buffers (tools/zipccl/inspect_stream.cpp). False with *error at the first frame that does not
 // decode or is cut short.
 bool inspect_stream(const std::string& path, int threads, FILE* out, std::string* error);
 

@@ -1,4 +1,4 @@
-// Subcommands of the `zipccl` tool, one file each (tools/cmd_<name>.cpp; `decompress` shares
+// Subcommands of the `zipccl` tool, one file each (tools/zipccl/cmd_<name>.cpp; `decompress` shares
 // cmd_compress.cpp, the stream both ways). main() in zipccl.cpp dispatches to them by name.
 #pragma once
 
