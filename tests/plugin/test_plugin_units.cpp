@@ -528,6 +528,16 @@ TEST(SocketPieces, RatesCountOnlyWhileAStreamIsBusy) {
   EXPECT_NEAR(r.rates()[1], 1e6, 1);
   r.update(moved, backlog, 2, 0.0025);  // under a millisecond later: ignored
   EXPECT_NEAR(r.rates()[0], 4e6, 1);
+  // Stream 1 goes idle for two looks: its rate is forgotten (it counts as the fastest again), so a
+  // stream once measured slow is not left without pieces; stream 0, still busy, keeps its rate.
+  backlog[1] = 0;
+  moved[0] = 12000;
+  r.update(moved, backlog, 2, 0.003);
+  EXPECT_NEAR(r.rates()[1], 1e6, 1);  // idle at one look only
+  moved[0] = 16000;
+  r.update(moved, backlog, 2, 0.004);
+  EXPECT_EQ(r.rates()[1], 0);
+  EXPECT_NEAR(r.rates()[0], 4e6, 1);
 }
 
 // NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD with NCCL's semantics (net_socket.cc,

@@ -80,6 +80,11 @@ void StreamRates::update(const uint64_t* moved, const uint64_t* backlog, int nst
     if (last_s_ >= 0 && last_busy_[s] && busy) {
       double r = static_cast<double>(moved[s] - last_moved_[s]) / (now_s - last_s_);
       rate_[s] = rate_[s] > 0 ? rate_[s] + kAlpha * (r - rate_[s]) : r;
+    } else if (!last_busy_[s] && !busy) {
+      // Idle at two looks: its rate is stale, and a stream once measured slow would otherwise get no
+      // piece (so no new measurement) for as long as the others keep little queued. Unmeasured counts
+      // as the fastest, so it is tried again.
+      rate_[s] = 0;
     }
     last_moved_[s] = moved[s];
     last_busy_[s] = busy;
@@ -154,7 +159,6 @@ bool StreamThread::step(Sock* s, bool* failed) {
                            : recv(s->fd, p->ptr + s->offset, p->len - s->offset, MSG_DONTWAIT);
       if (n > 0) {
         s->offset += static_cast<size_t>(n);
-        moved_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
         backlog_[s - socks_.data()].fetch_sub(static_cast<uint64_t>(n), std::memory_order_relaxed);
         sock_moved_[s - socks_.data()].fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
         progressed = true;

@@ -52,7 +52,8 @@ void assign_pieces(const uint64_t* backlog, const double* rate, int nstreams, in
                    uint64_t len, int first, uint8_t* map);
 
 // Per-stream send rates for assign_pieces: bytes a stream moved between two looks, counted only while
-// it had bytes queued at both (an idle stream's pace says nothing), smoothed.
+// it had bytes queued at both (an idle stream's pace says nothing), smoothed; a stream idle at two looks
+// is unmeasured again.
 class StreamRates {
  public:
   void update(const uint64_t* moved, const uint64_t* backlog, int nstreams, double now_s);
@@ -80,7 +81,11 @@ class StreamThread {
   uint64_t backlog(int local_index) const { return backlog_[local_index].load(std::memory_order_relaxed); }
   uint64_t moved(int local_index) const { return sock_moved_[local_index].load(std::memory_order_relaxed); }
   // Bytes this thread has moved through its sockets so far.
-  uint64_t bytes_moved() const { return moved_.load(std::memory_order_relaxed); }
+  uint64_t bytes_moved() const {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < fds_.size(); ++i) sum += moved(static_cast<int>(i));
+    return sum;
+  }
   const std::vector<int>& fds() const { return fds_; }
 
  private:
@@ -102,7 +107,6 @@ class StreamThread {
   int event_fd_ = -1;
   std::mutex mu_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> moved_{0};
   std::unique_ptr<std::atomic<uint64_t>[]> backlog_;     // per socket
   std::unique_ptr<std::atomic<uint64_t>[]> sock_moved_;  // per socket
   std::atomic<bool> failed_{false};
