@@ -220,6 +220,18 @@ class RawPeer {
     if (!send_all(&h, sizeof h)) return false;
     return send_all(payload, send_len == ~0ull ? wire_len : send_len);
   }
+  // The header of a 100-byte message split over the data streams in pieces of `chunk` bytes (its piece
+  // map, if any, is the caller's to send).
+  bool send_split_header(uint64_t chunk) {
+    zn::MsgHeader h{};
+    h.magic = zn::kHeaderMagic;
+    h.flags = 0;
+    h.payload_len = 100;
+    h.chunk = chunk;
+    zn::FrameMeta m = zn::make_frame(zn::FrameKind::kRaw, 0, 100, 100);
+    std::memcpy(h.meta, &m, sizeof m);
+    return send_all(&h, sizeof h);
+  }
   void close_now() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -329,28 +341,14 @@ TEST_F(Garbage, SplitMessageWithoutStreams) {
 TEST_F(Garbage, ChunkSizeThatWouldOverflowThePieceCount) {
   RawPeer p;
   accept_raw(&p, 1);
-  zn::MsgHeader h{};
-  h.magic = zn::kHeaderMagic;
-  h.flags = 0;  // split over the data stream
-  h.payload_len = 100;
-  h.chunk = ~0ull;
-  zn::FrameMeta m = zn::make_frame(zn::FrameKind::kRaw, 0, 100, 100);
-  std::memcpy(h.meta, &m, sizeof m);
-  ASSERT_TRUE(p.send_all(&h, sizeof h));
+  ASSERT_TRUE(p.send_split_header(~0ull));
   expect_rejected(4096);
 }
 
 TEST_F(Garbage, PieceMapNamingAStreamThatDoesNotExist) {
   RawPeer p;
   accept_raw(&p, 2);
-  zn::MsgHeader h{};
-  h.magic = zn::kHeaderMagic;
-  h.flags = 0;  // split over the data streams: the piece map follows the header
-  h.payload_len = 100;
-  h.chunk = 50;
-  zn::FrameMeta m = zn::make_frame(zn::FrameKind::kRaw, 0, 100, 100);
-  std::memcpy(h.meta, &m, sizeof m);
-  ASSERT_TRUE(p.send_all(&h, sizeof h));
+  ASSERT_TRUE(p.send_split_header(50));  // the piece map follows
   const uint8_t map[2] = {1, 2};  // streams 0 and 1 exist
   ASSERT_TRUE(p.send_all(map, sizeof map));
   expect_rejected(4096);
@@ -359,14 +357,7 @@ TEST_F(Garbage, PieceMapNamingAStreamThatDoesNotExist) {
 TEST_F(Garbage, MorePiecesThanTheStreamsMayCarry) {
   RawPeer p;
   accept_raw(&p, 2);
-  zn::MsgHeader h{};
-  h.magic = zn::kHeaderMagic;
-  h.flags = 0;
-  h.payload_len = 100;
-  h.chunk = 1;  // 100 pieces over 2 streams
-  zn::FrameMeta m = zn::make_frame(zn::FrameKind::kRaw, 0, 100, 100);
-  std::memcpy(h.meta, &m, sizeof m);
-  ASSERT_TRUE(p.send_all(&h, sizeof h));
+  ASSERT_TRUE(p.send_split_header(1));  // 100 pieces over 2 streams
   expect_rejected(4096);
 }
 
