@@ -165,22 +165,23 @@ class SocketSendConn final : public SendConn, private SocketConn {
     if (id < 0) return ncclSuccess;
     OpSlot* slot = ops_.get(id);
     CtrlItem item{};
-    item.hdr.magic = kHeaderMagic;
-    item.hdr.seq = seq_;
-    item.hdr.payload_len = len;
-    std::memcpy(item.hdr.meta, meta, kMetaBytes);
+    MsgHeader hdr{};
+    hdr.magic = kHeaderMagic;
+    hdr.seq = seq_;
+    hdr.payload_len = len;
+    std::memcpy(hdr.meta, meta, kMetaBytes);
     item.op = slot;
     bool split = len > settings().inline_bytes && nstreams_ > 0;
     uint8_t map[kMaxPieces];
     int npieces = 0;
     if (!split) {
-      item.hdr.flags = kFlagInline;
+      hdr.flags = kFlagInline;
       item.payload = static_cast<const char*>(payload);
       item.payload_len = len;
       slot->pending.store(1);
     } else {
       uint64_t chunk = chunk_for(len, nstreams_);
-      item.hdr.chunk = chunk;
+      hdr.chunk = chunk;
       npieces = static_cast<int>((len + chunk - 1) / chunk);
       uint64_t backlog[kMaxStreams], moved[kMaxStreams];
       for (int s = 0; s < nstreams_; ++s) {
@@ -193,7 +194,7 @@ class SocketSendConn final : public SendConn, private SocketConn {
                     map);
       enqueue_pieces(static_cast<char*>(const_cast<void*>(payload)), len, chunk, map, slot, 1);
     }
-    std::memcpy(item.prefix, &item.hdr, sizeof(MsgHeader));
+    std::memcpy(item.prefix, &hdr, sizeof(MsgHeader));
     std::memcpy(item.prefix + sizeof(MsgHeader), map, static_cast<size_t>(npieces));
     item.prefix_len = sizeof(MsgHeader) + static_cast<size_t>(npieces);
     wire_ += item.prefix_len + len;
@@ -236,7 +237,6 @@ class SocketSendConn final : public SendConn, private SocketConn {
 
  private:
   struct CtrlItem {
-    MsgHeader hdr;
     char prefix[sizeof(MsgHeader) + kMaxPieces];  // the header and the piece map, as sent
     size_t prefix_len;
     const char* payload;
