@@ -44,6 +44,6 @@ echo "arm64_check: $(file -b "$plugin" | cut -d, -f1-2); highest glibc symbol ve
 # the main program, which qemu maps, not ld.so, differs from the loaded segments; the unwind table,
 # what the unwinder reads, is checked by DlFindObjectFindsThisProgramsUnwindTable).
 conformance='^always[.].*/v12( |$)|^always[.]ConformanceV11[.]|^auto6[.].*/v9( |$)|^never[.].*/v7( |$)'
-ctest --test-dir build-arm64 --output-on-failure -j"$JOBS" \
+ctest --test-dir build-arm64 --output-on-failure -j"$JOBS" --timeout 300 \
   -R "^(Kernels|RoundTrip|Frame|Malformed|Huffman|Detect)|$conformance|^glibc_baseline\$|^GlibcCompat[.]|^arm64[.]" \
   -E 'DataStreamsAllCarryTheTraffic|^GlibcCompat[.]DlFindObjectAgreesWithGlibc$' "$@"

@@ -28,11 +28,12 @@ trap 'rm -rf "$tmp"' EXIT
 perl -e 'srand(7); print pack("v*", map { (int(rand(2)) << 15) | ((118 + int(rand(4)) + int(rand(4))) << 7) | int(rand(128)) } 1 .. (1 << 20))' >"$tmp/in.bf16"
 "$zipccl" compress -t bf16 "$tmp/in.bf16" "$tmp/host.zc"
 
-# emu MODEL CMD...: CMD under the model; QEMU's notes about features TCG lacks are dropped.
+# emu MODEL CMD...: CMD under the model, killed after 300 s (a hang fails the model, not CI's whole
+# limit); QEMU's notes about features TCG lacks are dropped.
 emu() {
   local model=$1
   shift
-  qemu-x86_64 -cpu "$model" "$@" 2> >(grep -v "TCG doesn't support requested feature" >&2)
+  timeout -k 5 300 qemu-x86_64 -cpu "$model" "$@" 2> >(grep -v "TCG doesn't support requested feature" >&2)
 }
 # gtest_passed LOG: tests a gtest run passed (0 when it did not finish or any failed).
 gtest_passed() {

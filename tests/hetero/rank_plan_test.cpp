@@ -15,7 +15,7 @@
 
 // Allocation failure on demand: while g_fail_in >= 0, the allocation that takes it below zero
 // throws std::bad_alloc. Not under ASan or TSan, which bring their own allocation functions.
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#ifndef ZIPCCL_SANITIZED
 #define ZIPCCL_TEST_FAILING_NEW 1
 static std::atomic<long> g_fail_in{-1};
 void* operator new(std::size_t n) {

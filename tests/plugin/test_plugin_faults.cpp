@@ -4,7 +4,9 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,8 +56,13 @@ struct Child {
 bool spawn(Child* c, std::vector<std::string> args) {
   int fds[2];
   if (pipe(fds) != 0) return false;
+  const pid_t parent = getpid();
   c->pid = fork();
   if (c->pid == 0) {
+    // The peer holds ctest's output pipe (stderr): should this test be killed, at a ctest --timeout,
+    // the peer must die with it, or ctest waits on the pipe for ever.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
     dup2(fds[1], 1);
     close(fds[0]);
     std::vector<char*> argv;
@@ -70,7 +77,10 @@ bool spawn(Child* c, std::vector<std::string> args) {
   return c->pid > 0;
 }
 
+// The peer's next line, or "" when it prints none within 30 s (a peer that hangs fails the test).
 std::string read_line(FILE* f) {
+  pollfd p{fileno(f), POLLIN, 0};
+  if (poll(&p, 1, 30000) != 1) return "";
   char buf[512];
   if (!fgets(buf, sizeof buf, f)) return "";
   std::string s(buf);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "exit_status.h"
 #include "common/units.h"
 
 namespace zipccl {
@@ -496,9 +497,11 @@ Run run_all_ranks(const Options& o, const std::string& self, const std::string& 
   const std::string dir = tmpl;
   const int port = free_port();
   std::vector<pid_t> pids;
+  const pid_t self_pid = getpid();
   for (int r = 0; r < o.np; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
+      die_with_parent(self_pid);
       setenv("NCCL_COMM_ID", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
       setenv("NCCL_HOSTID", ("zipccl-check-" + std::to_string(r)).c_str(), 1);
       setenv("NCCL_NET", "zipccl", 1);

@@ -624,9 +624,11 @@ RunOutcome run_pair(const Options& o, const std::vector<uint8_t>& pool, const st
   std::string stats = "/tmp/zipccl-perf-" + std::to_string(getpid()) + "-" + mode + ".jsonl";
   unlink(stats.c_str());
   pid_t pids[2];
+  const pid_t self = getpid();
   for (int side = 0; side < 2; ++side) {
     pids[side] = fork();
     if (pids[side] == 0) {
+      die_with_parent(self);
       // Only its own ends stay open, so that a side's pipe and link reach EOF when that side dies.
       close(rres[0]);
       close(sres[0]);

@@ -1,6 +1,8 @@
 #include "exit_status.h"
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <csignal>
@@ -55,6 +57,12 @@ std::string describe_exit(int status) {
     return s;
   }
   return "ended with wait status " + std::to_string(status);
+}
+
+void die_with_parent(pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The parent may have died between fork and prctl: then this process is already another's child.
+  if (getppid() != parent) _exit(1);
 }
 
 }  // namespace tools

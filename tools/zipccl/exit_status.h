@@ -1,5 +1,8 @@
-// How a child process ended, in words, for the tools that fork (zipccl perf).
+// How a child process ended, in words, for the tools that fork (zipccl perf, nccl-check), and how a
+// child is tied to its parent.
 #pragma once
+
+#include <sys/types.h>
 
 #include <string>
 
@@ -13,6 +16,11 @@ std::string describe_exit(int status);
 
 // "SIGILL" for SIGILL, "signal 77" for a number without a name here.
 std::string signal_name(int sig);
+
+// Called first in a forked child: the child is killed when `parent` dies, so that a parent killed
+// from outside (a batch system's time limit, ctest's --timeout) leaves no rank or transfer side
+// running, holding its port and its terminal. Exits at once when `parent` is already gone.
+void die_with_parent(pid_t parent);
 
 }  // namespace tools
 }  // namespace zipccl
