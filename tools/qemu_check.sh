@@ -29,11 +29,15 @@ perl -e 'srand(7); print pack("v*", map { (int(rand(2)) << 15) | ((118 + int(ran
 "$zipccl" compress -t bf16 "$tmp/in.bf16" "$tmp/host.zc"
 
 # emu MODEL CMD...: CMD under the model, killed after 300 s (a hang fails the model, not CI's whole
-# limit); QEMU's notes about features TCG lacks are dropped.
+# limit); QEMU's notes about features TCG lacks are dropped. The filter is a pipeline, not a process
+# substitution, so that it has written everything before emu returns (a caller greps it at once).
 emu() {
-  local model=$1
+  local model=$1 rc
   shift
-  timeout -k 5 300 qemu-x86_64 -cpu "$model" "$@" 2> >(grep -v "TCG doesn't support requested feature" >&2)
+  { timeout -k 5 300 qemu-x86_64 -cpu "$model" "$@" 2>&1 1>&3 3>&- |
+      { grep -v "TCG doesn't support requested feature" >&2 || true; }
+    rc=${PIPESTATUS[0]}; } 3>&1
+  return "$rc"
 }
 # gtest_passed LOG: tests a gtest run passed (0 when it did not finish or any failed).
 gtest_passed() {
