@@ -19,7 +19,7 @@ source tools/setup.sh
 passed=0
 skipped=0
 timed_out=()  # tests that passed only on a rerun after a --timeout: named again at the end
-# stage NAME: prints a stage heading with the seconds spent so far (CI must stay under 30 minutes).
+# stage NAME: prints a stage heading with the seconds spent so far (CI must stay under 35 minutes).
 stage() { echo "== $1 (at ${SECONDS} s)"; }
 # count_passed CMD...: runs a test command that ends in ctest's summary, adds its passed and skipped
 # counts to the totals (CTest counts a skipped test among the passed ones: those that need an RDMA

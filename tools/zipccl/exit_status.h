@@ -19,7 +19,9 @@ std::string signal_name(int sig);
 
 // Called first in a forked child: the child is killed when `parent` dies, so that a parent killed
 // from outside (a batch system's time limit, ctest's --timeout) leaves no rank or transfer side
-// running, holding its port and its terminal. Exits at once when `parent` is already gone.
+// running, holding its port and its terminal. Exits at once when `parent` is already gone. The kernel
+// ties the signal to the thread that forked, not its process: fork from a thread that outlives the
+// child (the tools fork from main).
 void die_with_parent(pid_t parent);
 
 }  // namespace tools
