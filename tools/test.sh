@@ -93,8 +93,10 @@ cmake --build build-asan -j"$JOBS"
 ASAN_OPTIONS=detect_leaks=1 run_ctest build-asan -LE slow -E '^install_find_package$|^(never|auto6)[.]gpuemu[.]|^inner[.]ofi[.]'
 
 stage "plugin tests (TSan)"
+# -O1 -g1 (line tables, all TSan's reports need), as the ASan build.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=thread -DZIPCCL_CUDA=OFF \
-  -DZIPCCL_BUILD_TOOLS=OFF -DZIPCCL_TEST_MODULES=gpu -DZIPCCL_EMULATED_GPU_TESTS=ON >/dev/null
+  -DZIPCCL_BUILD_TOOLS=OFF -DZIPCCL_TEST_MODULES=gpu -DZIPCCL_EMULATED_GPU_TESTS=ON \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build build-tsan -j"$JOBS" --target nccl-net-zipccl test_plugin_abi test_plugin_units \
   test_plugin_conformance test_plugin_faults plugin_peer test_rdma_proto test_rdma_stack test_rdma_plugin \
   test_rdma_setup test_gpu_path gpu_codec_emulated_tests test_inner_optional
