@@ -14,11 +14,12 @@
 #     interpreter, the wheel's tool) started through the emulator (tests/python/spawn.py).
 # The sdist and the build-side tools venv are the Python stage's (tests/python/run.sh, build-python)
 # when there, else made here. The CMake build is kept in build-arm64-wheel between runs.
-# Ends with pytest's summary line.
+# Extra arguments go to pytest. Ends with pytest's summary line.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
-root=${1:?usage: tools/arm64_wheel.sh ARM64_ROOT}
+root=${1:?usage: tools/arm64_wheel.sh ARM64_ROOT [PYTEST_ARGS...]}
+shift
 work=${ZIPCCL_ARM64_WHEEL_BUILD:-$PWD/build-arm64-wheel}
 py_work=${ZIPCCL_PY_BUILD:-$PWD/build-python}
 step() { echo "-- arm64 wheel: $1 (at ${SECONDS} s)"; }
