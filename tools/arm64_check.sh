@@ -8,7 +8,9 @@
 #   - glibc_baseline (no symbol version above 2.28 in the plugin, the tool, libzipccl.so) and
 #     glibc_compat.c's definitions against arm64 glibc (GlibcCompat.*);
 #   - the tool round trip, the plugin through `zipccl doctor`, the arm64 .deb, and libzipccl.so from an
-#     arm64 CPython + numpy through ctypes (tests/arm64).
+#     arm64 CPython + numpy through ctypes (tests/arm64);
+#   - then the aarch64 wheel, built from the sdist, and tests/python on that arm64 CPython
+#     (tools/arm64_wheel.sh; it ends with pytest's summary line, which tools/test.sh counts too).
 # Prints the plugin's `file` and highest glibc symbol version. Installs g++-aarch64-linux-gnu and
 # qemu-user when missing (as root). Extra arguments go to ctest.
 set -euo pipefail
@@ -47,3 +49,4 @@ conformance='^always[.].*/v12( |$)|^always[.]ConformanceV11[.]|^auto6[.].*/v9( |
 ctest --test-dir build-arm64 --output-on-failure -j"$JOBS" --timeout 300 \
   -R "^(Kernels|RoundTrip|Frame|Malformed|Huffman|Detect)|$conformance|^glibc_baseline\$|^GlibcCompat[.]|^arm64[.]" \
   -E 'DataStreamsAllCarryTheTraffic|^GlibcCompat[.]DlFindObjectAgreesWithGlibc$' "$@"
+tools/arm64_wheel.sh "$root"

@@ -31,10 +31,15 @@ count_passed() {
   n=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n 1)
   mapfile -t -O "${#timed_out[@]}" timed_out < <(sed -n 's/.*Test *#[0-9]*: \([^ ]*\) .*\*\*\*Timeout.*/\1/p' "$log")
   s=$(grep -c '(Skipped)$' "$log" || true)
+  # A pytest run after the ctest one (tools/arm64_check.sh ends with tools/arm64_wheel.sh): its
+  # summary line, "N passed, M skipped in ...".
+  local pn ps
+  pn=$(sed -n 's/^=* *\([0-9]*\) passed.* in [0-9.]*s.*/\1/p' "$log" | tail -n 1)
+  ps=$(sed -n 's/^=* *[0-9]* passed, \([0-9]*\) skipped.* in [0-9.]*s.*/\1/p' "$log" | tail -n 1)
   rm -f "$log"
   [[ -n "$n" ]] || { echo "test.sh: $*: tests failed" >&2; exit 1; }
-  passed=$((passed + n - s))
-  skipped=$((skipped + s))
+  passed=$((passed + n - s + ${pn:-0}))
+  skipped=$((skipped + s + ${ps:-0}))
 }
 # run_ctest DIR [ctest args]: the suite in build directory DIR. A test past --timeout (the longest
 # takes ~40 s under a sanitizer) is killed, with whatever it started that holds its output, and run
@@ -112,7 +117,7 @@ run_ctest build-tsan -R '^(never|always|auto6)[.]|Faults|Garbage|PluginAbi|Socke
 # a CTA's threads is a TSan report, as racecheck's hazard is on a GPU.
 run_ctest build-tsan -R '^HostCta[.]|^Emulated[.]FramesMatchCpuPerType$|^Emulated/EmulatedSchedule[.].*/Free$'
 
-stage "AArch64 (cross-built for glibc 2.28; under qemu-aarch64: codec with NEON, plugin conformance, tool, .deb, C API from arm64 CPython)"
+stage "AArch64 (cross-built for glibc 2.28; under qemu-aarch64: codec with NEON, plugin conformance, tool, .deb, C API from arm64 CPython; the aarch64 wheel's pytest)"
 count_passed tools/arm64_check.sh
 
 stage "x86-64 CPUs without AVX-512 / AVX2 (the Release build under qemu-x86_64 -cpu Nehalem, Haswell)"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Python package's tests: builds the sdist (pyproject.toml at the repository root), builds the
-# wheel from the unpacked sdist as `pip install zipccl-<v>.tar.gz` would (so a file the sdist lacks
-# fails here), checks its py3-none-manylinux tag with auditwheel, installs it into a fresh virtual
-# environment and runs pytest there, so that the tests import zipccl as a user's `pip install` does,
+# wheel from it as `pip install zipccl-<v>.tar.gz` does (so a file the sdist lacks fails here), checks
+# its py3-none-manylinux tag with auditwheel, installs it into a fresh virtual environment and runs
+# pytest there, so that the tests import zipccl as a user's `pip install` does,
 # not from the build tree. Prints each step's seconds.
 #   PYTHON   interpreter (default /usr/bin/python3: Debian's, whose python3-torch and python3-numpy
 #            the venv sees through --system-site-packages; a PyPI torch wheel pulls GBs of CUDA)
@@ -27,16 +27,24 @@ fi
 
 step "sdist (scikit-build-core's build_sdist at the repository root)"
 rm -rf "$work/dist" "$work/wheelhouse" "$work/sdist"
-mkdir -p "$work/dist" "$work/sdist"
+mkdir -p "$work/dist"
 # The files' own times rather than the reproducible sdist's fixed one, so that the CMake build kept in
 # $work/cmake sees which sources changed since the last run.
 sdist=$(cd "$root" && "$work/tools/bin/python" -c 'import sys; from scikit_build_core.build import build_sdist
 print(build_sdist(sys.argv[1], {"sdist.reproducible": "false"}))' "$work/dist" | tail -n 1)
 echo "sdist: $sdist, $(stat -c %s "$work/dist/$sdist") bytes, $(tar -tzf "$work/dist/$sdist" | grep -vc '/$') files"
-tar -xzf "$work/dist/$sdist" -C "$work/sdist"
-src=$work/sdist/${sdist%.tar.gz}
 
-step "wheel (pip wheel of the unpacked sdist: scikit-build-core drives the CMake build)"
+# In CI (a fresh clone, nothing to reuse) pip is given the tarball itself, as a user's
+# `pip install zipccl-<v>.tar.gz`. pip unpacks it into a new temporary folder each time, which makes
+# the CMake build kept in $work/cmake start over; so elsewhere the sdist is unpacked into a fixed
+# folder, and a rerun rebuilds only what changed.
+src=$work/dist/$sdist
+if [[ -z ${CI:-} || ${CI,,} == false || $CI == 0 ]]; then
+  mkdir -p "$work/sdist"
+  tar -xzf "$work/dist/$sdist" -C "$work/sdist"
+  src=$work/sdist/${sdist%.tar.gz}
+fi
+step "wheel (pip wheel of the sdist, $([[ $src == *.tar.gz ]] && echo tarball || echo unpacked): scikit-build-core drives the CMake build)"
 defines=(--config-settings=build-dir="$work/cmake" --config-settings=cmake.define.ZIPCCL_CUDA="${ZIPCCL_PY_CUDA:-OFF}")
 if command -v ccache >/dev/null; then
   defines+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache

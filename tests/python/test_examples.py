@@ -7,12 +7,14 @@ import sys
 
 import pytest
 
+import spawn
+
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "python", "examples")
 
 
 def test_codec_example():
     pytest.importorskip("torch")
-    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "codec.py")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(spawn.python(os.path.join(EXAMPLES, "codec.py")), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "(1.50" in r.stdout and "FormatError: frame 0 at byte 0" in r.stdout
 
@@ -22,7 +24,7 @@ def test_hetero_example_on_4_gloo_processes():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, os.path.join(EXAMPLES, "hetero_boundary.py")], stdout=subprocess.PIPE,
+    procs = [subprocess.Popen(spawn.python(os.path.join(EXAMPLES, "hetero_boundary.py")), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
                               env=dict(os.environ, RANK=str(r), WORLD_SIZE="4", MASTER_ADDR="127.0.0.1",
                                        MASTER_PORT=str(port), OMP_NUM_THREADS="1")) for r in range(4)]

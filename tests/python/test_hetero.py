@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+import spawn
+
 torch = pytest.importorskip("torch")
 from zipccl import hetero  # noqa: E402
 
@@ -32,7 +34,7 @@ def run_job(case, world, tmp_path):
     store = tmp_path / "store"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     start = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, WORKER, str(r), str(world), case, str(store)], stdout=subprocess.PIPE,
+    procs = [subprocess.Popen(spawn.python(WORKER, str(r), str(world), case, str(store)), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for r in range(world)]
     outs = []
     for p in procs:

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import spawn
 import zipccl
 
 ENABLE_ONLY = (
@@ -19,7 +20,7 @@ ENABLE_ONLY = (
 def run(python, code, **kw):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZIPCCL_", "NCCL_"))}
     env.update(kw.pop("env", {}))
-    return subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, env=env, **kw)
+    return subprocess.run(spawn.program(python, "-c", code), capture_output=True, text=True, timeout=120, env=env, **kw)
 
 
 def test_import_and_enable_load_neither_numpy_nor_the_native_library():
@@ -64,7 +65,7 @@ def test_enable_in_a_venv_without_numpy(tmp_path):
     # As on an interpreter without numpy: a fresh venv
     # without pip or site packages, with the installed package on PYTHONPATH.
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run(spawn.python("-m", "venv", "--without-pip", str(venv)), check=True, timeout=120)
     python = str(venv / "bin" / "python")
     pkg = tmp_path / "pkg"
     pkg.mkdir()

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+import spawn
 import zipccl
 
 # What NCCL does with NCCL_NET_PLUGIN (src/plugin/net.cc): dlopen the value (a path is used as
@@ -171,7 +172,7 @@ def test_enable_keeps_an_explicit_zipccl_net_inner(clean_env, monkeypatch):
 def test_a_fresh_process_loading_the_plugin_as_nccl_does_finds_zipccl(clean_env):
     zipccl.enable()
     # The child does not import zipccl: it sees only the environment enable() left.
-    r = subprocess.run([sys.executable, "-c", NCCL_LIKE_LOADER], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(spawn.python("-c", NCCL_LIKE_LOADER), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     name, version, init, devices, ndev = r.stdout.split()
     assert name == "zipccl" and int(version[1:]) >= 11  # the newest table NCCL 2.27+ looks for
@@ -199,7 +200,7 @@ def test_warns_when_a_process_group_already_exists(clean_env):
         "print(len(w), w[0].message if w else '')\n"
     ).format(clean_env / "store")
     pytest.importorskip("torch")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(spawn.python("-c", code), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("1 ") and "before init_process_group" in r.stdout
 
@@ -212,7 +213,7 @@ def test_warns_when_nccl_has_loaded_a_net_plugin_not_for_libnccl_alone(clean_env
     nccl = clean_env / "libnccl.so.2"
     net = clean_env / "libnccl-net-other.so"
     for lib in (nccl, net):
-        if subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)]).returncode != 0:
+        if subprocess.run([spawn.CC, "-shared", "-fPIC", "-o", str(lib), str(src)]).returncode != 0:
             pytest.fail("no C compiler (tools/test.sh installs one)")
     code = ("import ctypes, warnings, zipccl\n"
             "with warnings.catch_warnings(record=True) as w:\n"
@@ -223,7 +224,7 @@ def test_warns_when_nccl_has_loaded_a_net_plugin_not_for_libnccl_alone(clean_env
             f"    ctypes.CDLL({str(net)!r})\n"
             "    zipccl.enable()\n"
             "print(n0, len(w), w[-1].message if w else '')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(spawn.python("-c", code), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("0 1 ") and "already loaded a net plugin" in r.stdout, r.stdout
 
@@ -234,8 +235,8 @@ def test_stats_reads_the_plugins_records_from_a_real_run(clean_env):
     assert zipccl.stats() == []
     # Two processes send 1 MiB messages through the wheel's plugin (the tool's perf driver; raw
     # messages: what is tested here is the statistics file, the codec has its own tests).
-    r = subprocess.run([sys.executable, "-m", "zipccl", "perf", "--plugin", zipccl.plugin_path(), "--modes", "never",
-                        "--seconds", "0.3", "--size", "1M", "--no-baseline"], capture_output=True, text=True,
+    r = subprocess.run(spawn.program(zipccl.tool_path(), "perf", "--plugin", zipccl.plugin_path(), "--modes", "never",
+                        "--seconds", "0.3", "--size", "1M", "--no-baseline"), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     records = zipccl.stats()

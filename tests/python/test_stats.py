@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+import spawn
 import zipccl
 
 
@@ -56,6 +57,6 @@ def test_stats_needs_neither_numpy_nor_the_native_module():
     code = ("import sys, zipccl, tempfile\n"
             "zipccl.stats(tempfile.mkdtemp())\n"
             "print(sorted(m for m in ('zipccl._zipccl', 'numpy') if m in sys.modules))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(spawn.python("-c", code), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
