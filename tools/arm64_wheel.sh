@@ -13,7 +13,7 @@
 #     ml_dtypes' aarch64 wheel from PyPI; then tests/python under qemu, every child process (the
 #     interpreter, the wheel's tool) started through the emulator (tests/python/spawn.py).
 # The sdist and the build-side tools venv are the Python stage's (tests/python/run.sh, build-python)
-# when there, else made here. The CMake build is kept in build-arm64-wheel between runs.
+# when there, else made here. The CMake build is kept in build-arm64-wheel/sdist between runs.
 # Extra arguments go to pytest. Ends with pytest's summary line.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -48,20 +48,12 @@ print(build_sdist(sys.argv[1], {"sdist.reproducible": "false"}))' "$work/dist" |
 fi
 echo "sdist: $sdist"
 
-# The tarball itself in CI, unpacked into a fixed folder elsewhere (kept CMake build): as tests/python/run.sh.
-src=$sdist
-if [[ -z ${CI:-} || ${CI,,} == false || $CI == 0 ]]; then
-  rm -rf "$work/sdist"
-  mkdir -p "$work/sdist"
-  tar -xzf "$sdist" -C "$work/sdist"
-  src=$work/sdist/$(basename "${sdist%.tar.gz}")
-fi
-step "wheel (pip wheel of the sdist, $([[ $src == *.tar.gz ]] && echo tarball || echo unpacked), cross-compiled for aarch64)"
-ZIPCCL_ARM64_ROOT=$root CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} "$tools/bin/pip" wheel -q "$src" \
-  -w "$work/wheelhouse" --no-deps \
-  --config-settings=build-dir="$work/cmake" \
+step "wheel (pip wheel of the unpacked sdist, cross-compiled for aarch64, configured as build-arm64)"
+# tools/pip_wheel_like.sh: with ccache, the compiles are those of tools/arm64_check.sh's build-arm64.
+ZIPCCL_ARM64_ROOT=$root "$repo/tools/pip_wheel_like.sh" "$tools/bin/pip" "$sdist" "$work/sdist" "$repo/build-arm64" \
+  "$work/wheelhouse" \
   --config-settings=cmake.define.ZIPCCL_CUDA=OFF \
-  --config-settings=cmake.define.CMAKE_TOOLCHAIN_FILE="$PWD/tests/arm64/toolchain.cmake" \
+  --config-settings=cmake.define.CMAKE_TOOLCHAIN_FILE="$repo/tests/arm64/toolchain.cmake" \
   --config-settings=wheel.tags=py3-none-manylinux_2_28_aarch64
 wheel=$(ls "$work"/wheelhouse/zipccl-*-py3-none-manylinux_2_28_aarch64.whl)
 echo "wheel: $(basename "$wheel"), $(stat -c %s "$wheel") bytes"

@@ -49,6 +49,13 @@ fi
 
 # CUDA is optional: nvcc is used when found (compiles here, runs on a GPU machine).
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+# With ccache installed (tools/test.sh installs it), builds configured from here on compile through it,
+# with the repository as its base folder: the tests' wheel builds then take build/'s objects from the
+# cache (tools/pip_wheel_like.sh). A launcher the caller set is kept.
+if command -v ccache >/dev/null && [[ -z ${CMAKE_CXX_COMPILER_LAUNCHER:-} ]]; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache \
+    CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+fi
 JOBS=${JOBS:-$(nproc)}
 log=$(mktemp)
 if ! cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$log" 2>&1; then

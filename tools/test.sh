@@ -4,14 +4,15 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # What the stages need beyond the build, installed by tools/setup.sh when missing (as root): the inner
-# plugins' builds (ofi_build.sh, sharp_build.sh), the AArch64 and qemu stages, and the Python stage's
+# plugins' builds (ofi_build.sh, sharp_build.sh), the AArch64 and qemu stages, ccache (the wheels are
+# built from the Release and AArch64 builds' objects: tools/pip_wheel_like.sh), and the Python stage's
 # Debian packages (CPU torch for the gloo jobs, numpy, pytest, venv). With CI set, tests/python fails
 # rather than skip a test for want of one of them (its conftest.py). ZIPCCL_QUICK=1 needs none.
 ZIPCCL_TEST_PACKAGES=()
 ZIPCCL_TEST_PY_PACKAGES=()
 if [[ "${ZIPCCL_QUICK:-0}" != 1 ]]; then
   ZIPCCL_TEST_PACKAGES=(g++-aarch64-linux-gnu qemu-user file libfabric-dev libfabric-bin libhwloc-dev autoconf automake
-                        libtool)
+                        libtool ccache)
   ZIPCCL_TEST_PY_PACKAGES=(python3-venv python3-numpy python3-pytest python3-torch)
 fi
 source tools/setup.sh
@@ -85,11 +86,14 @@ rm -f "$py_log"
 [[ -n "$n" ]] || { echo "test.sh: tests/python/run.sh failed" >&2; exit 1; }
 passed=$((passed + n))
 
+# The instrumented builds below share no object with another build: ccache would only add its lookups.
+no_ccache=(env -u CMAKE_C_COMPILER_LAUNCHER -u CMAKE_CXX_COMPILER_LAUNCHER -u CMAKE_CUDA_COMPILER_LAUNCHER)
+
 stage "tests (ASan + UBSan)"
 # Clang, -O1 -g1 (ASan's recommended level; line tables for the reports): the build is CI's longest
 # step, and Clang compiles it in 483 s where GCC takes 650 (the hetero tests' templates most); the
 # Release build, the one shipped, stays GCC's.
-CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF \
+"${no_ccache[@]}" CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build build-asan -j"$JOBS"
 # Left to the Release stage, for CI time: the install test (a second project's build) and the
@@ -99,7 +103,7 @@ ASAN_OPTIONS=detect_leaks=1 run_ctest build-asan -LE slow -E '^install_find_pack
 
 stage "plugin tests (TSan)"
 # -O1 -g1 (line tables, all TSan's reports need), as the ASan build.
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=thread -DZIPCCL_CUDA=OFF \
+"${no_ccache[@]}" cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=thread -DZIPCCL_CUDA=OFF \
   -DZIPCCL_BUILD_TOOLS=OFF -DZIPCCL_TEST_MODULES=gpu -DZIPCCL_EMULATED_GPU_TESTS=ON \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build build-tsan -j"$JOBS" --target nccl-net-zipccl test_plugin_abi test_plugin_units \
@@ -127,7 +131,7 @@ stage "old userland (Debian bullseye, glibc 2.31): tool round trip, plugin throu
 count_passed tools/oldlibc_check.sh build
 
 stage "fuzz the frame decoder (libFuzzer, ${ZIPCCL_FUZZ_SECONDS:-60} s)"
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_FUZZ=ON \
+"${no_ccache[@]}" CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_FUZZ=ON \
   -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF \
   -DZIPCCL_BUILD_TESTS=ON -DZIPCCL_TEST_MODULES= >/dev/null
 cmake --build build-fuzz -j"$JOBS" --target fuzz_decode fuzz_seeds

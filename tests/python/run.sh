@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The Python package's tests: builds the sdist (pyproject.toml at the repository root), builds the
-# wheel from it as `pip install zipccl-<v>.tar.gz` does (so a file the sdist lacks fails here), checks
-# its py3-none-manylinux tag with auditwheel, installs it into a fresh virtual environment and runs
-# pytest there, so that the tests import zipccl as a user's `pip install` does,
-# not from the build tree. Prints each step's seconds.
+# wheel from the unpacked sdist through the build hook `pip install zipccl-<v>.tar.gz` calls (so a file
+# the sdist lacks fails here), checks its py3-none-manylinux tag with auditwheel, installs it into a
+# fresh virtual environment and runs pytest there, so that the tests import zipccl as a user's
+# `pip install` does, not from the build tree. Prints each step's seconds.
 #   PYTHON   interpreter (default /usr/bin/python3: Debian's, whose python3-torch and python3-numpy
 #            the venv sees through --system-site-packages; a PyPI torch wheel pulls GBs of CUDA)
 #   ZIPCCL_PY_BUILD  work folder (default build-python): the CMake build is kept there between runs
@@ -26,32 +26,19 @@ if [[ ! -x $work/tools/bin/auditwheel || ! -d $work/tools/lib/python3*/site-pack
 fi
 
 step "sdist (scikit-build-core's build_sdist at the repository root)"
-rm -rf "$work/dist" "$work/wheelhouse" "$work/sdist"
+rm -rf "$work/dist" "$work/wheelhouse"
 mkdir -p "$work/dist"
-# The files' own times rather than the reproducible sdist's fixed one, so that the CMake build kept in
-# $work/cmake sees which sources changed since the last run.
+# The files' own times rather than the reproducible sdist's fixed one, so that the CMake build kept
+# beside the unpacked sdist sees which sources changed since the last run.
 sdist=$(cd "$root" && "$work/tools/bin/python" -c 'import sys; from scikit_build_core.build import build_sdist
 print(build_sdist(sys.argv[1], {"sdist.reproducible": "false"}))' "$work/dist" | tail -n 1)
 echo "sdist: $sdist, $(stat -c %s "$work/dist/$sdist") bytes, $(tar -tzf "$work/dist/$sdist" | grep -vc '/$') files"
 
-# In CI (a fresh clone, nothing to reuse) pip is given the tarball itself, as a user's
-# `pip install zipccl-<v>.tar.gz`. pip unpacks it into a new temporary folder each time, which makes
-# the CMake build kept in $work/cmake start over; so elsewhere the sdist is unpacked into a fixed
-# folder, and a rerun rebuilds only what changed.
-src=$work/dist/$sdist
-if [[ -z ${CI:-} || ${CI,,} == false || $CI == 0 ]]; then
-  mkdir -p "$work/sdist"
-  tar -xzf "$work/dist/$sdist" -C "$work/sdist"
-  src=$work/sdist/${sdist%.tar.gz}
-fi
-step "wheel (pip wheel of the sdist, $([[ $src == *.tar.gz ]] && echo tarball || echo unpacked): scikit-build-core drives the CMake build)"
-defines=(--config-settings=build-dir="$work/cmake" --config-settings=cmake.define.ZIPCCL_CUDA="${ZIPCCL_PY_CUDA:-OFF}")
-if command -v ccache >/dev/null; then
-  defines+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache
-            --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
-CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} "$work/tools/bin/pip" wheel -q "$src" -w "$work/dist" \
-  --no-deps "${defines[@]}"
+step "wheel (pip wheel of the unpacked sdist: scikit-build-core drives the CMake build, configured as build/)"
+# tools/pip_wheel_like.sh: with ccache, the compiles are build/'s (tools/setup.sh's Release build).
+# ZIPCCL_PY_CUDA=OFF leaves the CUDA codec out (the default finds nvcc, as build/ does).
+"$root/tools/pip_wheel_like.sh" "$work/tools/bin/pip" "$work/dist/$sdist" "$work/sdist" "$root/build" "$work/dist" \
+  --config-settings=cmake.define.ZIPCCL_CUDA="${ZIPCCL_PY_CUDA:-AUTO}"
 
 step "auditwheel"
 # repair only sets the tag here (the wheel needs nothing outside glibc); show checks it.
