@@ -19,6 +19,11 @@ mirror=${ZIPCCL_ARM64_MIRROR:-http://deb.debian.org/debian}
 security=${ZIPCCL_ARM64_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 # libstdc++6: the test programs (GoogleTest, linked as usual) load it; the shipped binaries carry theirs.
 packages=(python3 python3-numpy python3-pytest libzstd-dev liblz4-dev libstdc++6)
+# ZIPCCL_ARM64_EXTRA: more packages, e.g. python3-torch for the wheel's torch tests under qemu (339
+# packages more; best in a root of its own, ZIPCCL_ARM64_ROOT, as the stamp below remakes a root
+# whose list changed).
+read -ra extra <<<"${ZIPCCL_ARM64_EXTRA:-}"
+packages+=("${extra[@]}")
 stamp="bookworm, compiled, ${packages[*]}"
 
 command -v dpkg-deb >/dev/null || { echo "arm64_root: dpkg-deb missing (Debian: dpkg)" >&2; exit 1; }

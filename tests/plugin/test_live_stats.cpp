@@ -236,6 +236,35 @@ TEST(LiveStats, SnapshotsFollowTheTrafficAndFinalizeWritesTheSummary) {
   EXPECT_TRUE(log_contains("process totals over 2 comm(s): send 15 msgs, 15728640 B in"));
 }
 
+// CTest: ZIPCCL_STATS_FILE=<fresh folder>/records.jsonl and no ZIPCCL_STATS_DIR: the snapshots go beside
+// the per-connection records.
+TEST(LiveStatsBesideRecords, SnapshotsGoToTheStatsFilesFolder) {
+  ASSERT_EQ(std::getenv("ZIPCCL_STATS_DIR"), nullptr);
+  const char* file = std::getenv("ZIPCCL_STATS_FILE");
+  ASSERT_TRUE(file && *file);
+  const std::string dir = std::string(file).substr(0, std::string(file).rfind('/'));
+  mkdir(dir.c_str(), 0755);
+  for (const std::string& f : files_in(dir)) unlink((dir + "/" + f).c_str());
+  auto api = load_api(11);
+  ASSERT_TRUE(api);
+  ASSERT_EQ(api->init(), ncclSuccess);
+  void *sc, *rc, *lc;
+  ASSERT_TRUE(make_pair(api.get(), &sc, &rc, &lc));
+  send_messages(api.get(), sc, rc, 2, 1 << 20);
+  ASSERT_EQ(api->close_send(sc), ncclSuccess);
+  ASSERT_EQ(api->close_recv(rc), ncclSuccess);
+  ASSERT_EQ(api->close_listen(lc), ncclSuccess);
+  ASSERT_EQ(api->finalize(), ncclSuccess);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  const std::string snap = dir + "/zipccl-" + host + "-" + std::to_string(getpid());
+  const std::string j = slurp(snap + ".json");
+  EXPECT_NE(j.find("\"final\":true"), std::string::npos) << j;
+  EXPECT_EQ(json_number(j, "send", "messages"), 2);
+  EXPECT_FALSE(slurp(snap + ".prom").empty());
+  EXPECT_FALSE(slurp(file).empty()) << "the per-connection records are written as before";
+}
+
 // CTest: ZIPCCL_STATS_DIR under a folder that does not exist: one WARN, every message still delivered.
 TEST(LiveStatsUnwritable, OneWarnAndTrafficGoesOn) {
   auto api = load_api(11);

@@ -130,8 +130,17 @@ TEST_F(StatsCmd, AKilledRunLeavesSnapshotsTheCommandReads) {
     std::smatch m;
     seen = std::regex_search(o, m, std::regex("2 process\\(es\\): sent ([0-9.]+) ([KMG]iB)"));
   }
-  const std::string pid = read_text("perf.pid");
-  run_here("kill -KILL -- -" + pid.substr(0, pid.find('\n')) + " 2>/dev/null; sleep 0.2");
+  // The whole group (the tool and its two sides). std::system's sh may be dash, whose kill takes no "--".
+  std::string pid = read_text("perf.pid");
+  pid = pid.substr(0, pid.find('\n'));
+  EXPECT_EQ(run_here("kill -KILL -" + pid), 0) << "could not kill process group " << pid;
+  // Killed, not left running its 60 s beside the next tests.
+  bool gone = false;
+  for (int i = 0; i < 50 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    gone = run_here("kill -0 -" + pid + " 2>/dev/null") != 0;
+  }
+  EXPECT_TRUE(gone) << "process group " << pid << " outlived its SIGKILL by 5 s";
   ASSERT_TRUE(seen) << out() << stderr_ << read_text("perf.txt");
   ASSERT_EQ(zipccl("stats s"), 0) << stderr_;
   const std::string o = out();

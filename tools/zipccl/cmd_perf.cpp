@@ -7,6 +7,7 @@
 // Each run forks a fresh receiver and sender (the plugin reads its settings once per process), over
 // loopback by default or across two network namespaces (--netns, see tools/veth_perf.sh).
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -611,6 +612,16 @@ int run_child(Child& c) {
   return 0;
 }
 
+// Removes a folder of plain files (no subfolders) and the folder.
+void remove_flat_folder(const std::string& path) {
+  if (DIR* d = opendir(path.c_str())) {
+    while (const dirent* e = readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) unlink((path + "/" + e->d_name).c_str());
+    closedir(d);
+  }
+  rmdir(path.c_str());
+}
+
 struct RunOutcome {
   Result recv{}, send{};
   bool ok = false;
@@ -619,10 +630,19 @@ struct RunOutcome {
 RunOutcome run_pair(const Options& o, const std::vector<uint8_t>& pool, const std::string& mode,
                     bool baseline, bool tcp_last) {
   RunOutcome out;
+  // The sender's per-connection record, in a folder of its own: the plugin writes its live snapshots
+  // beside the record file unless ZIPCCL_STATS_DIR says where, and they go with the folder.
+  char folder[] = "/tmp/zipccl-perf-XXXXXX";
+  if (!mkdtemp(folder)) {
+    std::snprintf(out.send.error, sizeof out.send.error, "cannot create a folder in /tmp: %s", std::strerror(errno));
+    return out;
+  }
+  const std::string stats = std::string(folder) + "/" + mode + ".jsonl";
   int link[2], rres[2], sres[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, link) || pipe(rres) || pipe(sres)) return out;
-  std::string stats = "/tmp/zipccl-perf-" + std::to_string(getpid()) + "-" + mode + ".jsonl";
-  unlink(stats.c_str());
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, link) || pipe(rres) || pipe(sres)) {
+    remove_flat_folder(folder);
+    return out;
+  }
   pid_t pids[2];
   const pid_t self = getpid();
   for (int side = 0; side < 2; ++side) {
@@ -702,6 +722,7 @@ RunOutcome run_pair(const Options& o, const std::vector<uint8_t>& pool, const st
   }
   close(rres[0]);
   close(sres[0]);
+  remove_flat_folder(folder);
   out.ok = out.recv.ok && out.send.ok;
   return out;
 }

@@ -174,13 +174,13 @@ Entry number(const char* name, double* field, const char* doc) {
           }};
 }
 
-Entry text(const char* name, std::string* field, const char* doc) {
+Entry text(const char* name, std::string* field, const char* doc, const char* default_doc = nullptr) {
   return {name, "string", doc,
           [field](const char* v, std::string*) {
             *field = v;
             return true;
           },
-          [field] { return *field; }};
+          [field] { return *field; }, default_doc};
 }
 
 // A thread or socket count as NCCL reads NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD: "auto" (or
@@ -264,7 +264,7 @@ std::vector<Entry> registry(Settings* s) {
       text("ZIPCCL_STATS_FILE", &s->stats_file, "append per-connection statistics as JSON lines"),
       text("ZIPCCL_STATS_DIR", &s->stats_dir,
            "folder for live per-process snapshots (zipccl-HOST-PID.json and .prom, rewritten atomically; "
-           "`zipccl stats` reads them)"),
+           "`zipccl stats` reads them)", "the folder of ZIPCCL_STATS_FILE, if set"),
       seconds("ZIPCCL_STATS_INTERVAL", &s->stats_interval_s, 0, 86400,
               "seconds between live snapshots (0: only at finalize and exit)"),
       number("ZIPCCL_LINK_GBPS", &s->link_gbps, "link speed for the auto policy in Gbit/s (0: measure)"),

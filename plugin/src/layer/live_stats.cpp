@@ -280,7 +280,15 @@ bool write_file_atomically(const std::string& path, const std::string& data, std
   return true;
 }
 
-std::string stats_snapshot_dir() { return settings().stats_dir; }
+std::string stats_snapshot_dir() {
+  const Settings& s = settings();
+  if (!s.stats_dir.empty()) return s.stats_dir;
+  // Whoever asked for the per-connection records asked for statistics: the snapshots go beside them.
+  const size_t slash = s.stats_file.rfind('/');
+  if (s.stats_file.empty()) return "";
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : s.stats_file.substr(0, slash);
+}
 
 namespace {
 

@@ -1,7 +1,8 @@
 // Live statistics of the process: what zipccl has sent and received so far, written while the job runs
 // so that a job that is killed, or never closes its communicators, still reports.
 //
-// With ZIPCCL_STATS_DIR, each process keeps two files,
+// With ZIPCCL_STATS_DIR (or, without it, ZIPCCL_STATS_FILE: then in that file's folder), each process keeps
+// two files,
 // zipccl-HOST-PID.json and zipccl-HOST-PID.prom (Prometheus text format, for node_exporter's textfile
 // collector), rewritten every ZIPCCL_STATS_INTERVAL seconds and at finalize/exit, each through a
 // temporary file renamed over it, so a reader never sees half a snapshot. The data path never waits
@@ -68,7 +69,8 @@ std::string summary_line(const ProcessTotals& t);
 // Writes `data` to `path` through `path`.tmp-PID and rename(2). False, with the reason, when it cannot.
 bool write_file_atomically(const std::string& path, const std::string& data, std::string* why);
 
-// The folder the snapshots go to: ZIPCCL_STATS_DIR ("" when off).
+// The folder the snapshots go to: ZIPCCL_STATS_DIR, else the folder of ZIPCCL_STATS_FILE ("" when both
+// are unset: off).
 std::string stats_snapshot_dir();
 
 // Hands a new comm's counters to the snapshot thread (started here when snapshots are on and

@@ -131,7 +131,8 @@ def compress_into(x: Any, out: Any, *, dtype: Optional[str] = None, block_log2: 
                   isa: str = "auto") -> int:
     """:func:`compress` into ``out`` (a writable buffer, numpy array or CPU tensor of at least
     :func:`max_compressed_size` bytes); returns the bytes written. A loop that reuses one buffer
-    skips the first-touch page faults of a fresh result on every call (3x at 64 MiB, BENCHMARKS.md)."""
+    skips the first-touch page faults of a fresh result on every call (about 2.3x at 64 MiB:
+    BENCHMARKS.md section 5)."""
     buf, detected = _readable(x)
     dst = _writable(out)
     code, isa_code = _type_code(dtype, detected), _isa_code(isa)

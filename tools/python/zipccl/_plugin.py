@@ -122,7 +122,8 @@ def enable(policy: str = "auto", *, stats_file: Optional[str] = None,
 
     Call before ``torch.distributed.init_process_group``: sets ``NCCL_NET_PLUGIN`` to this wheel's
     plugin (absolute path), ``ZIPCCL_COMPRESS`` to ``policy`` (auto, always, never),
-    ``ZIPCCL_STATS_FILE`` to ``stats_file`` when given, and ``ZIPCCL_<NAME>`` for each keyword
+    ``ZIPCCL_STATS_FILE`` to ``stats_file`` when given (the live snapshots then go to its folder too,
+    unless ``ZIPCCL_STATS_DIR`` is set), and ``ZIPCCL_<NAME>`` for each keyword
     (``enable(min_bytes=65536, codec_isa="avx2")``; see ``zipccl doctor``). Returns the variables
     set. Warns when NCCL has already loaded a net plugin or a process group exists (NCCL reads the plugin setting
     once, at its first communicator), and when an NCCL configuration file or ``NCCL_NET`` chooses

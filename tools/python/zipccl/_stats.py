@@ -2,7 +2,8 @@
 
 Two kinds of file, both JSON:
 
-- live snapshots, one per process (``ZIPCCL_STATS_DIR``: ``zipccl-HOST-PID.json``, rewritten every
+- live snapshots, one per process (``ZIPCCL_STATS_DIR``, else the folder of ``ZIPCCL_STATS_FILE``:
+  ``zipccl-HOST-PID.json``, rewritten every
   ``ZIPCCL_STATS_INTERVAL`` seconds and at finalize; ``"format": "zipccl-stats"``), with the process's
   totals per direction and a bounded history of cumulative bytes;
 - per-connection records (``ZIPCCL_STATS_FILE``), one JSON line appended when a connection closes.
