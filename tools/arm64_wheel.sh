@@ -8,7 +8,7 @@
 #     (wheel.tags): auditwheel's repair offers only this machine's architecture, but its `show`
 #     reads aarch64 ELF files, and must find the wheel consistent with manylinux_2_28 or older;
 #   - tests/python/check_abi.sh: no CPython module, no Py*/_Py* among the libraries' undefined symbols;
-#   - a venv made by the arm64 interpreter (its own numpy and pytest through --system-site-packages),
+#   - a venv made by the arm64 interpreter (its own numpy, pytest and torch through --system-site-packages),
 #     the wheel installed into it by pip run on that interpreter (so pip's tag check is arm64's), and
 #     ml_dtypes' aarch64 wheel from PyPI; then tests/python under qemu, every child process (the
 #     interpreter, the wheel's tool) started through the emulator (tests/python/spawn.py).

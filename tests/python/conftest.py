@@ -34,13 +34,8 @@ def pytest_configure(config):
         return
     import importlib
 
-    needed = NEEDED_IN_CI
-    if spawn.EMULATOR:
-        # Under qemu-aarch64 (tools/arm64_wheel.sh) torch is left out: Debian's arm64 python3-torch
-        # would add 339 packages (200 MB) to the arm64 root; its tests run on x86_64, where torch is.
-        needed = tuple(n for n in NEEDED_IN_CI if n != "torch")
     missing = []
-    for name in needed:
+    for name in NEEDED_IN_CI:
         try:
             importlib.import_module(name)
         except ImportError as e:
@@ -55,6 +50,5 @@ def pytest_report_header(config):
 
     lines = [f"zipccl {zipccl.__version__} from {os.path.dirname(zipccl.__file__)} (python {sys.version.split()[0]})"]
     if spawn.EMULATOR:
-        lines.append(f"child processes through {' '.join(spawn.EMULATOR)}; torch not installed here (its tests "
-                     "skip: Debian's arm64 python3-torch is 339 packages, 200 MB), they run on x86_64")
+        lines.append(f"child processes through {' '.join(spawn.EMULATOR)}")
     return lines

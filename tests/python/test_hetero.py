@@ -2,6 +2,7 @@
 and 8 processes whose LLM input and encoder gradients equal an undistributed run bit for bit."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,21 +32,26 @@ def test_layout_matches_the_cpp_library():
 
 
 def run_job(case, world, tmp_path):
-    store = tmp_path / "store"
+    """The job's ranks, forked by one process (hetero_worker.py); their results."""
+    store, outdir = tmp_path / "store", tmp_path / "ranks"
+    outdir.mkdir()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     start = time.perf_counter()
-    procs = [subprocess.Popen(spawn.python(WORKER, str(r), str(world), case, str(store)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for r in range(world)]
-    outs = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        assert p.returncode == 0, err[-3000:]
-        outs.append(json.loads(out.strip().splitlines()[-1]))
+    # A session of its own: on a timeout the launcher and every rank it forked are killed together.
+    launcher = subprocess.Popen(spawn.python(WORKER, str(world), case, str(store), str(outdir)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+    try:
+        _, err = launcher.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.communicate()
+        raise
+    rank_errs = {r: (outdir / f"rank{r}.err").read_text() for r in range(world) if (outdir / f"rank{r}.err").exists()}
+    assert launcher.returncode == 0, err[-3000:] + "".join(
+        f"\n--- rank {r} ---\n{e[-3000:]}" for r, e in rank_errs.items() if e)
+    outs = [json.loads((outdir / f"rank{r}.out").read_text().strip().splitlines()[-1]) for r in range(world)]
+    assert [o["rank"] for o in outs] == list(range(world))
     elapsed = time.perf_counter() - start
     print(f"{case}: {world} processes in {elapsed:.1f} s; " + "; ".join(
         f"rank {o['rank']}: setup {o['setup_s']} s step {o['step_s']} s" for o in outs))
