@@ -43,8 +43,7 @@ mkdir -p "$work/dist" "$work/wheelhouse"
 sdist=$(ls "$py_work"/dist/zipccl-*.tar.gz 2>/dev/null | head -n 1 || true)
 if [[ -z $sdist ]]; then
   step "sdist"
-  sdist=$work/dist/$(cd "$PWD" && "$tools/bin/python" -c 'import sys; from scikit_build_core.build import build_sdist
-print(build_sdist(sys.argv[1], {"sdist.reproducible": "false"}))' "$work/dist" | tail -n 1)
+  sdist=$(tools/sdist.sh "$tools/bin/python" "$work/dist")
 fi
 echo "sdist: $sdist"
 

@@ -29,8 +29,10 @@ struct LogSink {
   bool echo_info = false;
 };
 inline LogSink& log_sink() {
-  static LogSink s;
-  return s;
+  // Never destroyed: a comm closed with traffic in flight leaves its stream thread running (the plugin
+  // must not block NCCL's close), and that thread may still log while the process exits.
+  static LogSink* s = new LogSink;
+  return *s;
 }
 inline void test_logger(ncclDebugLogLevel level, unsigned long, const char* file, int line, const char* fmt,
                         ...) {

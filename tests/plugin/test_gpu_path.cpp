@@ -40,9 +40,10 @@ using zipccl_test::make_data;
 
 namespace {
 
-// The comms' INFO lines (their GPU-path counters at close).
-std::mutex g_log_mu;
-std::vector<std::string> g_log;
+// The comms' INFO lines (their GPU-path counters at close). Never destroyed: a plugin thread may still
+// log while the process exits.
+std::mutex& g_log_mu = *new std::mutex;
+std::vector<std::string>& g_log = *new std::vector<std::string>;
 void capture(ncclDebugLogLevel level, unsigned long, const char* file, int line, const char* fmt, ...) {
   char buf[1024];
   va_list ap;

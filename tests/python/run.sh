@@ -28,10 +28,7 @@ fi
 step "sdist (scikit-build-core's build_sdist at the repository root)"
 rm -rf "$work/dist" "$work/wheelhouse"
 mkdir -p "$work/dist"
-# The files' own times rather than the reproducible sdist's fixed one, so that the CMake build kept
-# beside the unpacked sdist sees which sources changed since the last run.
-sdist=$(cd "$root" && "$work/tools/bin/python" -c 'import sys; from scikit_build_core.build import build_sdist
-print(build_sdist(sys.argv[1], {"sdist.reproducible": "false"}))' "$work/dist" | tail -n 1)
+sdist=$(basename "$("$root/tools/sdist.sh" "$work/tools/bin/python" "$work/dist")")
 echo "sdist: $sdist, $(stat -c %s "$work/dist/$sdist") bytes, $(tar -tzf "$work/dist/$sdist" | grep -vc '/$') files"
 
 step "wheel (pip wheel of the unpacked sdist: scikit-build-core drives the CMake build, configured as build/)"

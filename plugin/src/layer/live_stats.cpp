@@ -284,8 +284,8 @@ std::string stats_snapshot_dir() {
   const Settings& s = settings();
   if (!s.stats_dir.empty()) return s.stats_dir;
   // Whoever asked for the per-connection records asked for statistics: the snapshots go beside them.
-  const size_t slash = s.stats_file.rfind('/');
   if (s.stats_file.empty()) return "";
+  const size_t slash = s.stats_file.rfind('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : s.stats_file.substr(0, slash);
 }
