@@ -10,7 +10,8 @@
 #   - the tool round trip, the plugin through `zipccl doctor`, the arm64 .deb, and libzipccl.so from an
 #     arm64 CPython + numpy through ctypes (tests/arm64);
 #   - then the aarch64 wheel, built from the sdist, and tests/python on that arm64 CPython
-#     (tools/arm64_wheel.sh; it ends with pytest's summary line, which tools/test.sh counts too).
+#     (tools/arm64_wheel.sh; it ends with pytest's summary line). ZIPCCL_ARM64_WHEEL=0 leaves it out:
+#     tools/test.sh runs it beside its next stages.
 # Prints the plugin's `file` and highest glibc symbol version. Installs g++-aarch64-linux-gnu and
 # qemu-user when missing (as root). Extra arguments go to ctest.
 set -euo pipefail
@@ -49,4 +50,6 @@ conformance='^always[.].*/v12( |$)|^always[.]ConformanceV11[.]|^auto6[.].*/v9( |
 ctest --test-dir build-arm64 --output-on-failure -j"$JOBS" --timeout 300 \
   -R "^(Kernels|RoundTrip|Frame|Malformed|Huffman|Detect)|$conformance|^glibc_baseline\$|^GlibcCompat[.]|^arm64[.]" \
   -E 'DataStreamsAllCarryTheTraffic|^GlibcCompat[.]DlFindObjectAgreesWithGlibc$' "$@"
-tools/arm64_wheel.sh "$root"
+if [[ ${ZIPCCL_ARM64_WHEEL:-1} != 0 ]]; then
+  tools/arm64_wheel.sh "$root"
+fi

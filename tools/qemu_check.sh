@@ -45,17 +45,16 @@ gtest_passed() {
   sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' "$1" | tail -n 1 | grep . || echo 0
 }
 
-total=0
-failed=0
-rows=()
-for entry in "${models[@]}"; do
+# check_model MODEL:SET: one model's checks; writes its table row (with its passed count last) to
+# $tmp/row.MODEL and what failed, with the logs' last lines, to $tmp/problems.MODEL.
+check_model() {
+  local entry=$1 model want t0 log problems codec_n got cli plugin_set plugin_n passed f
   model=${entry%%:*}
   want=${entry#*:}
   t0=$SECONDS
   mkdir -p "$tmp/logs"
   log=$tmp/logs/$model
   problems=()
-  echo "-- qemu -cpu $model (must pick $want)"
 
   # Codec tests; Kernels.SimdPathMatchesThePlatform prints the set the codec picked.
   emu "$model" "$codec_tests" >"$log.codec" 2>&1 || true
@@ -76,7 +75,7 @@ for entry in "${models[@]}"; do
   fi
   # Asking for more than the CPU has is a usage error that says what is missing.
   if [[ $want != avx512 ]]; then
-    if emu "$model" "$zipccl" compress --isa avx512 "$tmp/in.bf16" "$tmp/no.zc" 2>>"$log.cli"; then
+    if emu "$model" "$zipccl" compress --isa avx512 "$tmp/in.bf16" "$tmp/$model.no.zc" 2>>"$log.cli"; then
       problems+=("--isa avx512 accepted")
     elif ! grep -q 'no AVX-512 (.*avx512f.* missing)' "$log.cli"; then
       problems+=("--isa avx512 refused without saying why")
@@ -96,15 +95,38 @@ for entry in "${models[@]}"; do
   [[ $plugin_n -gt 0 ]] || problems+=("plugin conformance failed")
 
   passed=$((codec_n + cli + plugin_n))
-  total=$((total + passed))
-  rows+=("$(printf '%-10s %-8s %-8s %6s %4s %7s %5ss' "$model" "${got:-?}" "${plugin_set:-?}" "$codec_n" "$cli" "$plugin_n" $((SECONDS - t0)))")
+  printf '%-10s %-8s %-8s %6s %4s %7s %5ss %s\n' "$model" "${got:-?}" "${plugin_set:-?}" "$codec_n" "$cli" "$plugin_n" \
+    $((SECONDS - t0)) "$passed" >"$tmp/row.$model"
   if ((${#problems[@]})); then
+    {
+      for p in "${problems[@]}"; do echo "qemu_check: $model: $p"; done
+      for f in "$log".*; do
+        echo "---- ${f##*/} (last lines)"
+        tail -n 15 "$f"
+      done
+    } >"$tmp/problems.$model"
+  fi
+}
+
+# The models side by side: each mostly runs one emulated process at a time.
+pids=()
+for entry in "${models[@]}"; do
+  echo "-- qemu -cpu ${entry%%:*} (must pick ${entry#*:})"
+  check_model "$entry" &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || true; done
+total=0
+failed=0
+rows=()
+for entry in "${models[@]}"; do
+  model=${entry%%:*}
+  row=$(cat "$tmp/row.$model" 2>/dev/null || printf '%-10s did not finish 0' "$model")
+  total=$((total + ${row##* }))
+  rows+=("${row% *}")
+  if [[ -s $tmp/problems.$model || ! -f $tmp/row.$model ]]; then
     failed=$((failed + 1))
-    for p in "${problems[@]}"; do echo "qemu_check: $model: $p" >&2; done
-    for f in "$log".*; do
-      echo "---- ${f##*/} (last lines)" >&2
-      tail -n 15 "$f" >&2
-    done
+    cat "$tmp/problems.$model" >&2 2>/dev/null || true
   fi
 done
 

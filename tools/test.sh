@@ -32,15 +32,20 @@ count_passed() {
   n=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n 1)
   mapfile -t -O "${#timed_out[@]}" timed_out < <(sed -n 's/.*Test *#[0-9]*: \([^ ]*\) .*\*\*\*Timeout.*/\1/p' "$log")
   s=$(grep -c '(Skipped)$' "$log" || true)
-  # A pytest run after the ctest one (tools/arm64_check.sh ends with tools/arm64_wheel.sh): its
-  # summary line, "N passed, M skipped in ...".
-  local pn ps
-  pn=$(sed -n 's/^=* *\([0-9]*\) passed.* in [0-9.]*s.*/\1/p' "$log" | tail -n 1)
-  ps=$(sed -n 's/^=* *[0-9]* passed, \([0-9]*\) skipped.* in [0-9.]*s.*/\1/p' "$log" | tail -n 1)
   rm -f "$log"
   [[ -n "$n" ]] || { echo "test.sh: $*: tests failed" >&2; exit 1; }
-  passed=$((passed + n - s + ${pn:-0}))
-  skipped=$((skipped + s + ${ps:-0}))
+  passed=$((passed + n - s))
+  skipped=$((skipped + s))
+}
+# count_pytest LOG WHAT: adds the counts of pytest's summary line in LOG ("N passed, M skipped in ...");
+# without one, WHAT failed.
+count_pytest() {
+  local pn ps
+  pn=$(sed -n 's/^=* *\([0-9]*\) passed.* in [0-9.]*s.*/\1/p' "$1" | tail -n 1)
+  ps=$(sed -n 's/^=* *[0-9]* passed, \([0-9]*\) skipped.* in [0-9.]*s.*/\1/p' "$1" | tail -n 1)
+  [[ -n "$pn" ]] || { echo "test.sh: $2 failed" >&2; exit 1; }
+  passed=$((passed + pn))
+  skipped=$((skipped + ${ps:-0}))
 }
 # run_ctest DIR [ctest args]: the suite in build directory DIR. A test past --timeout (the longest
 # takes ~40 s under a sanitizer) is killed, with whatever it started that holds its output, and run
@@ -57,11 +62,16 @@ report_timeouts() {
   ((${#timed_out[@]})) || return 0
   echo "test.sh: timed out and were run again (a hang to look into): ${timed_out[*]}" >&2
 }
-# at_exit: that, and the fuzzer stopped if test.sh ends (a failed stage) while it runs in the background.
+# at_exit: that, and what runs in the background stopped if test.sh ends early (a failed stage): the
+# fuzzer, and the process groups (setsid) of the arm64 root's making and of the aarch64 wheel's tests.
 fuzz_pid=
+root_pid=
+wheel_pid=
 at_exit() {
   report_timeouts
   if [[ -n $fuzz_pid ]]; then kill "$fuzz_pid" 2>/dev/null || true; fi
+  local g
+  for g in $root_pid $wheel_pid; do kill -KILL -- "-$g" 2>/dev/null || true; done
 }
 trap at_exit EXIT
 
@@ -84,13 +94,31 @@ if [[ "${ZIPCCL_QUICK:-0}" == 1 ]]; then
   exit 0
 fi
 
+# The AArch64 stage's arm64 userland (tools/arm64_root.sh: ~400 Debian packages, most of them torch's)
+# is made in the background beside the Python stage: its download leaves the CPU idle. The AArch64
+# stage's own call waits for it (a lock), and makes it again, saying why, if this one failed.
+root_log=$(mktemp)
+setsid tools/arm64_root.sh >"$root_log" 2>&1 &
+root_pid=$!
+
 stage "Python package (wheel, auditwheel, fresh venv, pytest: tests/python/run.sh)"
 py_log=$(mktemp)
 tests/python/run.sh 2>&1 | tee "$py_log"
-n=$(sed -n 's/^\([0-9]*\) passed.*/\1/p' "$py_log" | tail -n 1)
+count_pytest "$py_log" tests/python/run.sh
 rm -f "$py_log"
-[[ -n "$n" ]] || { echo "test.sh: tests/python/run.sh failed" >&2; exit 1; }
-passed=$((passed + n))
+
+stage "AArch64 (cross-built for glibc 2.28; under qemu-aarch64: codec with NEON, plugin conformance, tool, .deb, C API from arm64 CPython)"
+wait "$root_pid" || true
+root_pid=
+cat "$root_log"
+count_passed env ZIPCCL_ARM64_WHEEL=0 tools/arm64_check.sh
+
+stage "the aarch64 wheel and its pytest under qemu-aarch64 (tools/arm64_wheel.sh), beside the ASan build"
+# Its tests mostly wait on one emulated interpreter at a time (~20 s to import torch under qemu): beside
+# a compile they leave no core idle. Waited for before the ASan tests, which then run alone.
+wheel_log=$(mktemp)
+setsid tools/arm64_wheel.sh "$(tools/arm64_root.sh)" >"$wheel_log" 2>&1 &
+wheel_pid=$!
 
 # The instrumented builds below share no object with another build: ccache would only add its lookups.
 no_ccache=(env -u CMAKE_C_COMPILER_LAUNCHER -u CMAKE_CXX_COMPILER_LAUNCHER -u CMAKE_CUDA_COMPILER_LAUNCHER)
@@ -102,6 +130,17 @@ stage "tests (ASan + UBSan)"
 "${no_ccache[@]}" CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build build-asan -j"$JOBS"
+
+stage "the aarch64 wheel's pytest: the result"
+wheel_rc=0
+wait "$wheel_pid" || wheel_rc=$?
+wheel_pid=
+cat "$wheel_log"
+((wheel_rc == 0)) || { echo "test.sh: tools/arm64_wheel.sh failed (exit $wheel_rc)" >&2; exit 1; }
+count_pytest "$wheel_log" tools/arm64_wheel.sh
+rm -f "$wheel_log" "$root_log"
+
+stage "tests (ASan + UBSan): the suite"
 # Left to the Release stage, for CI time: the install test (a second project's build) and the
 # never/auto device-buffer conformance runs (always.gpuemu keeps the GPU path's staging under ASan), and
 # the runs over aws-ofi-nccl (not instrumented, and it leaks at close; inner.zipccl.* run here).
@@ -127,12 +166,9 @@ run_ctest build-tsan -R '^(never|always|auto6)[.]|Faults|Garbage|PluginAbi|Socke
 # a CTA's threads is a TSan report, as racecheck's hazard is on a GPU.
 run_ctest build-tsan -R '^HostCta[.]|^Emulated[.]FramesMatchCpuPerType$|^Emulated/EmulatedSchedule[.].*/Free$'
 
-stage "AArch64 (cross-built for glibc 2.28; under qemu-aarch64: codec with NEON, plugin conformance, tool, .deb, C API from arm64 CPython; the aarch64 wheel's pytest)"
-count_passed tools/arm64_check.sh
-
 stage "fuzz the frame decoder: build, then ${ZIPCCL_FUZZ_SECONDS:-60} s of libFuzzer beside the next two stages"
-# libFuzzer runs on one core; the qemu-x86_64 and old-userland stages below mostly run one process at a
-# time, so the fuzzer runs beside them on the other core (~80 s of CI saved) and is checked after them.
+# libFuzzer runs on one core, for a fixed time, beside the qemu-x86_64 and old-userland stages, and is
+# checked after them.
 "${no_ccache[@]}" CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZIPCCL_FUZZ=ON \
   -DZIPCCL_SANITIZE=address,undefined -DZIPCCL_CUDA=OFF -DZIPCCL_BUILD_PLUGIN=OFF -DZIPCCL_BUILD_TOOLS=OFF \
   -DZIPCCL_BUILD_TESTS=ON -DZIPCCL_TEST_MODULES= >/dev/null
@@ -168,5 +204,6 @@ fi
 # the executions.
 grep -E '^fuzz_decode: |^INFO: Loaded [0-9]+ modules|INFO: seed corpus|[0-9]+\s+(INITED|DONE) |^Done [0-9]+ runs|^stat::' "$fuzz_log"
 echo "fuzz: no crash"
+
 stage "done"
 echo "$passed passed, 0 failed, $skipped skipped (no GPU / RDMA device here)"
