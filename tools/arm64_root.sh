@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tools/arm64_root.sh: prints the path of an arm64 Debian (bookworm) userland unpacked into a folder,
 # making it first when missing: CPython 3.11 with numpy, pytest and torch (Debian's CPU python3-torch,
-# for the wheel's torch tests), and libzstd/liblz4 with their headers. tools/arm64_check.sh builds against its libraries and runs the aarch64 programs - the
-# zipccl tool, the plugin's tests, that Python - with it as qemu-aarch64's -L prefix: no chroot, no
-# binfmt, no arm64 architecture added to this machine's dpkg.
+# for the wheel's torch tests), and libzstd/liblz4 with their headers. tools/arm64_check.sh builds
+# against its libraries and runs the aarch64 programs - the zipccl tool, the plugin's tests, that
+# Python - with it as qemu-aarch64's -L prefix: no chroot, no binfmt, no arm64 architecture added to
+# this machine's dpkg.
 #
 # apt-get resolves and downloads the packages with a state of its own (arm64 lists, an empty status
 # file) inside the root's work folder, and dpkg-deb -x unpacks each; no maintainer script runs, so
