@@ -150,11 +150,11 @@ def main(world, case, store, outdir):
         pid, status = os.wait()
         rank = ranks.pop(pid)
         code = os.waitstatus_to_exitcode(status)
-        if code != 0 and not failed:
-            # The others would wait for this rank in their next collective until the test's timeout.
-            for other in ranks:
-                os.kill(other, signal.SIGKILL)
         if code != 0:
+            if not failed:
+                # The others would wait for this rank in their next collective until the test's timeout.
+                for other in ranks:
+                    os.kill(other, signal.SIGKILL)
             failed.append(f"rank {rank} exited {code}")
     if failed:
         print(f"hetero_worker: {'; '.join(failed)} (stderr in {outdir}/rank<r>.err)", file=sys.stderr)
