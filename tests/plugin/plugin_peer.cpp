@@ -1,14 +1,70 @@
 // Helper process for the fault tests: a peer that streams 16 MiB messages through the plugin until
 // it is killed.  plugin_peer send <hex handle>   |   plugin_peer recv   (prints its handle)
+// And a process that exits with traffic in flight:  plugin_peer exit <ms>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "zipccl/net_client.h"
 
 static void quiet_logger(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...) {}
+
+// A thread of its own sends to and receives from this same process over the plugin, as NCCL's proxy
+// thread drives it; the main thread calls exit() <ms> after the first message arrived, without closing
+// anything, as a rank does that ends without destroying its communicators. Static destructors then run
+// while that thread, and the plugin's own threads, are still inside the plugin. Exit status 0 when the
+// process ended cleanly; the thread's failures exit with 20+ (a failure before the first message is
+// the test's, not the exit's).
+int exit_in_flight(zipccl::net_client::Net* net, void* ctx, int ms) {
+  static std::atomic<int> received{0};
+  std::thread pump([net, ctx] {
+    const size_t kSize = 1 << 20;
+    auto* buf = new std::vector<unsigned char>(2 * kSize);  // never freed: the process exits under it
+    for (size_t i = 0; i < kSize; ++i) (*buf)[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void *lc = nullptr, *sc = nullptr, *rc = nullptr;
+    zipccl::net_client::DeviceHandle* dh = nullptr;
+    if (net->listen(ctx, 0, handle, &lc) != ncclSuccess) std::_Exit(20);
+    while (!sc || !rc) {
+      if (!sc && net->connect(ctx, 0, handle, &sc, &dh) != ncclSuccess) std::_Exit(21);
+      if (!rc && net->accept(lc, &rc, &dh) != ncclSuccess) std::_Exit(22);
+    }
+    void *smh = nullptr, *rmh = nullptr;
+    if (net->reg_mr(sc, buf->data(), kSize, NCCL_PTR_HOST, &smh) != ncclSuccess ||
+        net->reg_mr(rc, buf->data() + kSize, kSize, NCCL_PTR_HOST, &rmh) != ncclSuccess)
+      std::_Exit(23);
+    for (;;) {
+      void *sreq = nullptr, *rreq = nullptr;
+      while (!sreq || !rreq) {
+        if (!sreq && net->isend(sc, buf->data(), kSize, 0, smh, &sreq) != ncclSuccess) std::_Exit(24);
+        if (!rreq && net->irecv(rc, buf->data() + kSize, kSize, 0, rmh, &rreq) != ncclSuccess) std::_Exit(25);
+      }
+      int sdone = 0, rdone = 0;
+      while (!sdone || !rdone) {
+        // Once the process is exiting, errors are what the plugin may answer; crashing is not.
+        if (!sdone && net->test(sreq, &sdone, nullptr) != ncclSuccess) return;
+        if (!rdone && net->test(rreq, &rdone, nullptr) != ncclSuccess) return;
+      }
+      received.fetch_add(1);
+    }
+  });
+  pump.detach();
+  for (int waited = 0; received.load() == 0; ++waited) {
+    if (waited > 30000) return 26;  // no message within 30 s
+    usleep(1000);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  std::printf("exit after %d messages\n", received.load());
+  std::fflush(stdout);
+  std::exit(0);
+}
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -23,6 +79,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < kSize; ++i) buf[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   zipccl::net_client::DeviceHandle* dh = nullptr;
+  if (!std::strcmp(argv[1], "exit") && argc == 3) return exit_in_flight(net.get(), ctx, std::atoi(argv[2]));
   if (!std::strcmp(argv[1], "send") && argc == 3) {
     if (std::strlen(argv[2]) != 2 * sizeof handle) return 5;
     for (size_t i = 0; i < sizeof handle; ++i) {

@@ -1,6 +1,6 @@
-// Faults: the peer process dies mid-transfer, and garbage arrives on a connection (wrong magic,
-// lying lengths, corrupt frames). The survivor must report an error within a bounded time, never
-// hang, crash or write outside the posted receive buffer.
+// Faults: the peer process dies mid-transfer, a process exits with traffic in flight, and garbage
+// arrives on a connection (wrong magic, lying lengths, corrupt frames). The survivor must report an
+// error within a bounded time, never hang, crash or write outside the posted receive buffer.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
@@ -182,6 +182,30 @@ TEST_F(Faults, ReceiverDiesMidTransfer) {
   EXPECT_NE(r, ncclSuccess);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t_kill).count(), 10.0);
   api_->close_send(sc);
+}
+
+// A rank that calls exit() with traffic in flight and its comms open (plugin_peer exit): the process's
+// static destructors run while the thread driving the plugin, and the plugin's own threads, are still
+// inside it. The process must end with status 0 (under the sanitizer builds: with no report either).
+// Several delays, as what is running at the moment of exit differs.
+TEST_F(Faults, ExitWithTrafficInFlight) {
+  for (int ms : {0, 1, 3, 10, 30}) {
+    Child child;
+    ASSERT_TRUE(spawn(&child, {"exit", std::to_string(ms)}));
+    const std::string line = read_line(child.out);
+    EXPECT_EQ(line.rfind("exit after ", 0), 0u) << "delay " << ms << " ms: the peer said '" << line << "'";
+    int status = -1;
+    auto t0 = Clock::now();
+    while (waitpid(child.pid, &status, WNOHANG) == 0) {
+      ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 30.0)
+          << "delay " << ms << " ms: the process did not end within 30 s of exit()";
+      usleep(1000);
+    }
+    child.pid = -1;
+    ASSERT_TRUE(WIFEXITED(status)) << "delay " << ms << " ms: killed by signal "
+                                   << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "delay " << ms << " ms";
+  }
 }
 
 // A hand-made peer speaking the socket transport's wire format directly, with no data streams.

@@ -42,9 +42,10 @@ struct Context {
 std::mutex g_init_mu;
 Transport* g_transport = nullptr;
 // Grows at run time (makeVDevice over an inner plugin): a deque, so that the names and paths
-// getProperties handed out stay valid; read and grown under g_dev_mu.
+// getProperties handed out stay valid; read and grown under g_dev_mu. Never destroyed (as every
+// process-long object here: NCCL's threads may still call in while the process exits).
 std::mutex g_dev_mu;
-std::deque<DeviceInfo> g_devices;
+std::deque<DeviceInfo>& g_devices = *new std::deque<DeviceInfo>;
 int g_contexts = 0;  // v11+ init/finalize reference count
 bool g_inner = false;  // g_transport runs over ZIPCCL_NET_INNER's plugin
 bool g_fabric_said = false;      // the fabric decision was logged (once per process)

@@ -72,7 +72,7 @@ PassthroughLibrary open_library() {
 }  // namespace
 
 const PassthroughLibrary& passthrough_library() {
-  static const PassthroughLibrary lib = open_library();
+  static const PassthroughLibrary& lib = *new PassthroughLibrary(open_library());
   return lib;
 }
 

@@ -222,10 +222,14 @@ Entry isa(const char* name, codec::Isa* field, const char* doc) {
           [field] { return std::string(codec::isa_name(*field)); }};
 }
 
-Settings g_settings;
-std::vector<std::string> g_messages;  // parse warnings, logged once the logger is known
+// Never destroyed, as every object of the plugin that lives as long as the process: NCCL's threads and
+// ours go on calling in while the process exits and runs static destructors.
+Settings& g_settings = *new Settings;
+// Parse warnings, logged once the logger is known.
+std::vector<std::string>& g_messages = *new std::vector<std::string>;
 std::once_flag g_read_once, g_log_once;
-std::map<std::string, std::string> g_problems;  // setting name -> why its value was rejected
+// Setting name -> why its value was rejected.
+std::map<std::string, std::string>& g_problems = *new std::map<std::string, std::string>;
 
 // The ZIPCCL_ aliases of NCCL's socket variables (merge_socket_alias), read after the registry.
 void apply_socket_alias(const char* nccl_name, int* nccl_field, const char* alias_name, int alias) {

@@ -210,12 +210,12 @@ const void* own_base() {
 }  // namespace
 
 const Fabric& node_fabric() {
-  static const Fabric f = discover_fabric(settings().fabric_root, own_base());
+  static const Fabric& f = *new Fabric(discover_fabric(settings().fabric_root, own_base()));
   return f;
 }
 
 const FabricDecision& node_decision() {
-  static const FabricDecision d = decide(node_fabric(), settings());
+  static const FabricDecision& d = *new FabricDecision(decide(node_fabric(), settings()));
   return d;
 }
 

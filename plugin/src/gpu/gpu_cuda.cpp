@@ -34,7 +34,7 @@ static_assert(offsetof(Result, ready) == offsetof(cg::CodecResult, ready), "Resu
 // later call of every comm fails with the same code, and those repeats go to INFO.
 ncclResult_t cuda_failed(const char* call, cudaError_t e, const char* file, int line) {
   static std::mutex mu;
-  static std::vector<cudaError_t> seen;
+  static std::vector<cudaError_t>& seen = *new std::vector<cudaError_t>;
   bool first = false;
   {
     std::lock_guard<std::mutex> lock(mu);

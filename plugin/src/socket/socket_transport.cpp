@@ -585,7 +585,7 @@ struct ConnectState {
 };
 
 std::mutex g_connect_mu;
-std::set<ConnectState*> g_connects;
+std::set<ConnectState*>& g_connects = *new std::set<ConnectState*>;  // never destroyed: see net.cpp
 
 class SocketTransport final : public Transport {
  public:

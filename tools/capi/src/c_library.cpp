@@ -13,10 +13,12 @@ using capi::guarded;
 
 namespace {
 
-// The registry's descriptions, read once: the strings live as long as the library, so that they are
-// handed out without a copy. Only the fields that do not depend on the environment are exposed.
+// The registry's descriptions, read once: the strings live as long as the process, so that they are
+// handed out without a copy (never destroyed: a thread may still read them while the process exits).
+// Only the fields that do not depend on the environment are exposed.
 const std::vector<net::SettingInfo>& registry() {
-  static const std::vector<net::SettingInfo> settings = net::describe_settings();
+  static const std::vector<net::SettingInfo>& settings =
+      *new std::vector<net::SettingInfo>(net::describe_settings());
   return settings;
 }
 

@@ -141,7 +141,7 @@ namespace detail {
 // communicator finalised): a count per table.
 inline int& init_count(const void* table, std::unique_lock<std::mutex>* lock) {
   static std::mutex mu;
-  static std::map<const void*, int> counts;
+  static std::map<const void*, int>& counts = *new std::map<const void*, int>;
   *lock = std::unique_lock<std::mutex>(mu);
   return counts[table];
 }
