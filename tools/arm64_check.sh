@@ -48,7 +48,7 @@ echo "arm64_check: $(file -b "$plugin" | cut -d, -f1-2); highest glibc symbol ve
 # what the unwinder reads, is checked by DlFindObjectFindsThisProgramsUnwindTable).
 conformance='^always[.].*/v12( |$)|^always[.]ConformanceV11[.]|^auto6[.].*/v9( |$)|^never[.].*/v7( |$)'
 ctest --test-dir build-arm64 --output-on-failure -j"$JOBS" --timeout 300 \
-  -R "^(Kernels|RoundTrip|Frame|Malformed|Huffman|Detect)|$conformance|^glibc_baseline\$|^GlibcCompat[.]|^arm64[.]" \
+  -R "^(Kernels|RoundTrip|Frame|Malformed|Huffman|Detect)|$conformance|^glibc_baseline\$|^GlibcCompat[.]|^arm64[.]|^plugin[.]exit_destructors\$" \
   -E 'DataStreamsAllCarryTheTraffic|^GlibcCompat[.]DlFindObjectAgreesWithGlibc$' "$@"
 if [[ ${ZIPCCL_ARM64_WHEEL:-1} != 0 ]]; then
   tools/arm64_wheel.sh "$root"
