@@ -1,10 +1,11 @@
 // Helper process for the fault tests: a peer that streams 16 MiB messages through the plugin until
 // it is killed.  plugin_peer send <hex handle>   |   plugin_peer recv   (prints its handle)
-// And a process that exits with traffic in flight:  plugin_peer exit <ms>
+// And a process that exits with traffic in flight:  plugin_peer exit <ms> [<stats dir>]
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,7 +28,14 @@ int exit_in_flight(zipccl::net_client::Net* net, void* ctx, int ms) {
   std::thread pump([net, ctx] {
     const size_t kSize = 1 << 20;
     auto* buf = new std::vector<unsigned char>(2 * kSize);  // never freed: the process exits under it
-    for (size_t i = 0; i < kSize; ++i) (*buf)[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+    // bf16 with a narrow exponent, random sign and mantissa: what the codec compresses, so that its
+    // workers are busy on both sides when the process exits.
+    uint32_t x = 12345;
+    for (size_t i = 0; i + 1 < kSize; i += 2) {
+      x = x * 1664525u + 1013904223u;
+      const uint16_t v = static_cast<uint16_t>(((x >> 16) & 0x807F) | ((118 + ((x >> 8) & 7)) << 7));
+      std::memcpy(buf->data() + i, &v, 2);
+    }
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
     void *lc = nullptr, *sc = nullptr, *rc = nullptr;
     zipccl::net_client::DeviceHandle* dh = nullptr;
@@ -68,6 +76,8 @@ int exit_in_flight(zipccl::net_client::Net* net, void* ctx, int ms) {
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
+  // exit's live statistics (before the plugin reads its settings): its last snapshot is written at exit.
+  if (!std::strcmp(argv[1], "exit") && argc == 4) setenv("ZIPCCL_STATS_DIR", argv[3], 1);
   const char* other = std::getenv("ZIPCCL_TEST_PLUGIN");  // as the tests' plugin_library()
   void* lib = zipccl_net_dlopen(other && *other ? other : ZIPCCL_PLUGIN_PATH, nullptr, 0, nullptr, 0);
   if (!lib) return 3;
@@ -79,7 +89,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < kSize; ++i) buf[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   zipccl::net_client::DeviceHandle* dh = nullptr;
-  if (!std::strcmp(argv[1], "exit") && argc == 3) return exit_in_flight(net.get(), ctx, std::atoi(argv[2]));
+  if (!std::strcmp(argv[1], "exit") && (argc == 3 || argc == 4))
+    return exit_in_flight(net.get(), ctx, std::atoi(argv[2]));
   if (!std::strcmp(argv[1], "send") && argc == 3) {
     if (std::strlen(argv[2]) != 2 * sizeof handle) return 5;
     for (size_t i = 0; i < sizeof handle; ++i) {

@@ -2,6 +2,7 @@
 // arrives on a connection (wrong magic, lying lengths, corrupt frames). The survivor must report an
 // error within a bounded time, never hang, crash or write outside the posted receive buffer.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -185,13 +186,17 @@ TEST_F(Faults, ReceiverDiesMidTransfer) {
 }
 
 // A rank that calls exit() with traffic in flight and its comms open (plugin_peer exit): the process's
-// static destructors run while the thread driving the plugin, and the plugin's own threads, are still
-// inside it. The process must end with status 0 (under the sanitizer builds: with no report either).
+// static destructors run while the thread driving the plugin, the codec's workers and the live
+// statistics' writer are still inside it. The process must end with status 0 (under the sanitizer
+// builds: with no report either), and its last statistics snapshot, written at exit, must say so.
 // Several delays, as what is running at the moment of exit differs.
 TEST_F(Faults, ExitWithTrafficInFlight) {
   for (int ms : {0, 1, 3, 10, 30}) {
+    char tmpl[] = "/tmp/zipccl-exit-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
     Child child;
-    ASSERT_TRUE(spawn(&child, {"exit", std::to_string(ms)}));
+    ASSERT_TRUE(spawn(&child, {"exit", std::to_string(ms), dir}));
     const std::string line = read_line(child.out);
     EXPECT_EQ(line.rfind("exit after ", 0), 0u) << "delay " << ms << " ms: the peer said '" << line << "'";
     int status = -1;
@@ -205,6 +210,26 @@ TEST_F(Faults, ExitWithTrafficInFlight) {
     ASSERT_TRUE(WIFEXITED(status)) << "delay " << ms << " ms: killed by signal "
                                    << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     EXPECT_EQ(WEXITSTATUS(status), 0) << "delay " << ms << " ms";
+    std::string json;  // zipccl-HOST-PID.json, the one JSON file there
+    if (DIR* d = opendir(dir.c_str())) {
+      while (dirent* e = readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.size() < 5 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
+        if (FILE* in = std::fopen((dir + "/" + name).c_str(), "r")) {
+          char b[4096];
+          for (size_t n; (n = std::fread(b, 1, sizeof b, in)) > 0;) json.append(b, n);
+          std::fclose(in);
+        }
+      }
+      closedir(d);
+    }
+    EXPECT_NE(json.find("\"final\":true"), std::string::npos) << "delay " << ms << " ms: " << json;
+    // Over an inner zipccl, the file is the inner's (the same name), and the inner codes nothing.
+    const char* inner = std::getenv("ZIPCCL_NET_INNER");
+    if (!inner || !*inner) {
+      EXPECT_EQ(json.find("\"compressed\":0,"), std::string::npos) << "no message was compressed: " << json;
+    }
+    std::system(("rm -rf " + dir).c_str());
   }
 }
 
