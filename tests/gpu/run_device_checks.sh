@@ -59,7 +59,7 @@ catalogue=(
   "initcheck         15 san   on"
   "nccl-check-1conn  30 ranks off"
   "ddp-enable        90 ranks off"
-  "bench             30 solo  off"
+  "bench             90 solo  off"
 )
 setup_s=5      # machine line, staging check, first archive
 mps_start_s=20 # daemon (3 s), a one-test client (7 s), or giving up (quit, 10 s)
@@ -293,13 +293,29 @@ step_command() {
       cmd=("${gdr[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 "$z" nccl-check --np 3 --iters 100 --bytes 1M --types bf16
         --colls allreduce --protos Simple --timeout "$(runs_t 2)" --plugin "$plugin" --nccl "$nccl_lib") ;;
     # The same job through the Python package's zipccl.enable() (issue 23), when a wheel was staged
-    # (stage_device_build.sh unpacks build-python/wheelhouse/*.whl). The wheel is for the Python it
-    # was built with; on another Python the import fails and the step says so.
+    # (stage_device_build.sh copies build-python/wheelhouse/*.whl; unpacked here, as the carry is
+    # limited). The wheel serves every CPython 3.x (py3-none); without one the step says so.
     ddp-enable)
-      [ -d "$carry/python/zipccl" ] || skip="skipped (no wheel staged)"
-      cmd=(python3 "$bin/ddp_check.py" --enable "$carry/python" --np 2 --steps 30 --timeout "$(runs_t 2)") ;;
-    # Speed (issue 27): the codec bench's quick set.
-    bench) cmd=("$bin/zipccl_gpu_bench" --quick) ;;
+      local whl
+      whl=$(ls "$carry"/python/zipccl-*.whl 2>/dev/null | head -n 1)
+      if [ -z "$whl" ]; then
+        skip="skipped (no wheel staged)"
+      else
+        python3 -m zipfile -e "$whl" "$scratch/python"
+      fi
+      cmd=(python3 "$bin/ddp_check.py" --enable "$scratch/python" --np 2 --steps 30 --timeout "$(runs_t 2)") ;;
+    # Speed: the codec bench's quick set (20 reps, buffers rotated past the L2, the copy bound beside
+    # each figure), on every staged real tensor too, and nvCOMP's ANS and Bitcomp on the same inputs
+    # when stage_device_build.sh staged its library (xz-packed: the carry is limited to 64 MiB).
+    bench)
+      cmd=("$bin/zipccl_gpu_bench" --quick)
+      for f in "$data"/*.bf16; do [ -f "$f" ] && cmd+=(--data "$f"); done
+      if [ -f "$carry/lib/libnvcomp.so.6.xz" ]; then
+        mkdir -p "$scratch/lib"
+        # Python's lzma, as the machine may have no xz.
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+          "$carry/lib/libnvcomp.so.6.xz" "$scratch/lib/libnvcomp.so.6" && cmd+=(--nvcomp "$scratch/lib/libnvcomp.so.6")
+      fi ;;
   esac
   case "$name" in
     memcheck|racecheck|synccheck|initcheck) [ -z "$san_state" ] || skip="${san_state%% (*} (see sanitizer-probe)" ;;

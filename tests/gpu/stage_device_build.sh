@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds what the device checks run, on this machine (no GPU needed), and stages the binaries and a
-# real tensor into one small folder that a device call carries (the device gets the checkout only,
-# not ../shared, and has no time to build):
+# Builds what the device checks run, on this machine (no GPU needed), and stages the binaries, real
+# tensors and nvCOMP's library into one small folder that a device call carries (the device gets the
+# checkout only, not ../shared, and has no time to build):
 #   tests/gpu/stage_device_build.sh [ARCHS]     (default 90-real: an H100/H200)
-# Result: build-device/carry/{bin/*, data/*}, about 30-50 MiB. Then, on the device, from the repo root:
+# Result: build-device/carry/{bin/*, data/*, lib/libnvcomp.so.6.xz}, about 45-55 MiB (a device call
+# carries 64 MiB at most). Then, on the device, from the repo root:
 #   tests/gpu/run_device_checks.sh build-device/carry
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -25,13 +26,38 @@ for t in "${targets[@]}"; do
   cp "$f" "$carry/bin/"
 done
 cp "$root/tests/gpu/ddp_check.py" "$carry/bin/"
-# The Python package, for the zipccl.enable() DDP step, when tests/python/run.sh has built its wheel.
+# The Python package, for the zipccl.enable() DDP step, when tests/python/run.sh has built its wheel
+# (carried packed: the device step unpacks it).
 wheel=$(ls "$root"/build-python/wheelhouse/zipccl-*.whl 2>/dev/null | head -n 1 || true)
 if [ -n "$wheel" ]; then
-  python3 -m zipfile -e "$wheel" "$carry/python"
+  mkdir -p "$carry/python"
+  cp "$wheel" "$carry/python/"
 else
   echo "stage: no wheel in build-python/wheelhouse (tests/python/run.sh): the ddp-enable step will be skipped"
 fi
-data="$root/../shared/data/gpt19m_weights_step30_layer0.bf16"
-if [ -f "$data" ]; then cp "$data" "$carry/data/"; else echo "stage: no $data: the real-tensor step will be skipped"; fi
-du -sh "$carry"
+# Real tensors: weights (the real-tensor step) and gradients (the bench's real rows).
+for f in gpt19m_weights_step30_layer0.bf16 gpt19m_grads_step1_layers2-3.bf16; do
+  data="$root/../shared/data/$f"
+  if [ -f "$data" ]; then cp "$data" "$carry/data/"; else echo "stage: no $data: steps that read it skip it"; fi
+done
+# nvCOMP, for the bench's side-by-side rows: the library of PyPI's nvidia-libnvcomp-cu13 (self-contained:
+# libc, libstdc++ and its own CUDA runtime), xz-packed (25 MB -> ~8 MB: the carry is limited to 64 MiB).
+# The wheel is kept in /var/cache/zipccl/nvcomp; without PyPI the bench runs without nvCOMP.
+nvcomp_cache=/var/cache/zipccl/nvcomp
+mkdir -p "$nvcomp_cache" "$carry/lib"
+whl=$(ls "$nvcomp_cache"/nvidia_libnvcomp_cu13-*.whl 2>/dev/null | head -n 1 || true)
+if [ -z "$whl" ] && python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+  -d "$nvcomp_cache" nvidia-libnvcomp-cu13 >/dev/null 2>&1; then
+  whl=$(ls "$nvcomp_cache"/nvidia_libnvcomp_cu13-*.whl 2>/dev/null | head -n 1 || true)
+fi
+if [ -n "$whl" ]; then
+  python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("nvidia/libnvcomp/lib64/libnvcomp.so.6"))' \
+    "$whl" | xz -T0 -6 >"$carry/lib/libnvcomp.so.6.xz"
+  echo "stage: nvCOMP from $(basename "$whl")"
+else
+  echo "stage: no nvidia-libnvcomp-cu13 wheel (PyPI unreachable?): the bench runs without nvCOMP"
+fi
+# A device call carries 64 MiB in all.
+size=$(du -sb "$carry" | cut -f1)
+echo "stage: $carry: $((size >> 20)) MiB of the 64 MiB a device call carries"
+if ((size > 64 << 20)); then echo "stage: too large for a device call" >&2; exit 1; fi
