@@ -60,6 +60,7 @@ catalogue=(
   "nccl-check-1conn  30 ranks off"
   "ddp-enable        90 ranks off"
   "bench             90 solo  off"
+  "slow-link        150 ranks off"
 )
 setup_s=5      # machine line, staging check, first archive
 mps_start_s=20 # daemon (3 s), a one-test client (7 s), or giving up (quit, 10 s)
@@ -104,7 +105,7 @@ out_files="summary.md logs.tgz logs.tgz.tmp"
 need_missing() {  # every binary the steps use, so a dry run proves the staging
   local f missing=""
   for f in gpu_codec_device_tests gpu_codec_host_tests zipccl_gpu_bench zipccl libnccl-net-zipccl.so \
-    test_gpu_path_cuda ddp_check.py; do
+    test_gpu_path_cuda ddp_check.py flowcap_shim.so; do
     [ -e "$bin/$f" ] || missing+=" $f"
   done
   echo "$missing"
@@ -247,8 +248,42 @@ nccl_check() {
   rm -f "$log"
   return $rc
 }
-export -f real_tensor nccl_check
-export z data plugin nccl_lib
+# slow_link TIMEOUT: issue 35's slow link. Two ranks, allreduce of gradient-like bf16 (16, 64 and 256
+# MiB; device buffers), every TCP flow paced at 10 Gbit/s by tools/flowcap_shim.c (SO_MAX_PACING_RATE:
+# TCP's own pacing, no tc and no root needed), with one channel and one socket per connection, so each
+# direction between the ranks is one 10 Gbit/s flow, as a 10 Gbit/s full-duplex link carries it.
+# nccl-check runs each size uncompressed, then with `auto`; 64 MiB once more with `always`. It prints
+# both bus bandwidths; the speedup lines are computed from them. Whether the cap held is checked, not
+# assumed: an uncompressed bus bandwidth above 1.5 GB/s (10 Gbit/s is 1.25) means this machine's
+# network stack ignored the pacing (gVisor may), and the step says so instead of reporting a speedup.
+slow_link() {
+  local t="$1" size mode log rc=0 bad=0
+  [ -f "$bin/flowcap_shim.so" ] || { echo "slow-link: no flowcap_shim.so staged"; return 1; }
+  log=$(mktemp)
+  for run in "16M auto" "64M auto" "256M auto" "64M always"; do
+    read -r size mode <<<"$run"
+    echo "== allreduce bf16 $size, never then $mode, every flow paced at 10 Gbit/s"
+    env LD_PRELOAD="$bin/flowcap_shim.so" FLOWCAP_RATE=10gbit NCCL_MIN_NCHANNELS=1 NCCL_MAX_NCHANNELS=1 \
+      NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1 \
+      "$z" nccl-check --np 2 --plugin "$plugin" --nccl "$nccl_lib" --iters 5 --bytes "$size" --types bf16 \
+      --colls allreduce --protos Simple --compress "$mode" --timeout "$t" | tee "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    # nccl-check's row: PROTO COLL TYPE BIT-EXACT NEVER GB/s COMPRESSED GB/s.
+    awk -v run="$run" '$2 == "allreduce" && $3 == "bf16" && $(NF) == "GB/s" && $(NF-2) == "GB/s" {
+           never = $(NF-3); comp = $(NF-1); seen = 1
+           if (never > 0 && comp > 0)
+             printf "slow-link: %s: never %.2f GB/s, compressed %.2f GB/s: %.2fx\n", run, never, comp, comp / never
+           else
+             printf "slow-link: %s: no result\n", run
+           if (never > 1.5) exit 3 }
+         END { if (!seen) printf "slow-link: %s: no result\n", run }' "$log" || bad=1
+  done
+  rm -f "$log"
+  [ "$bad" -eq 0 ] || echo "slow-link: an uncompressed run passed 1.5 GB/s: the 10 Gbit/s pacing did not hold here"
+  [ "$rc" -eq 0 ] && [ "$bad" -eq 0 ]
+}
+export -f real_tensor nccl_check slow_link
+export z data plugin nccl_lib bin
 
 # step_command NAME LIMIT: sets cmd=(...) for the step, or skip="why" when it cannot run here.
 step_command() {
@@ -304,6 +339,10 @@ step_command() {
         python3 -m zipfile -e "$whl" "$scratch/python"
       fi
       cmd=(python3 "$bin/ddp_check.py" --enable "$scratch/python" --np 2 --steps 30 --timeout "$(runs_t 2)") ;;
+    # Worth it on a slow link (issue 35): see slow_link. 4 nccl-check runs of 2 modes each.
+    slow-link)
+      gdr_env "$name"
+      cmd=("${gdr[@]}" bash -c "slow_link $(runs_t 8)") ;;
     # Speed: the codec bench's quick set (20 reps, buffers rotated past the L2, the copy bound beside
     # each figure), on every staged real tensor too, and nvCOMP's ANS and Bitcomp on the same inputs
     # when stage_device_build.sh staged its library (xz-packed: the carry is limited to 64 MiB).

@@ -26,6 +26,16 @@ for t in "${targets[@]}"; do
   cp "$f" "$carry/bin/"
 done
 cp "$root/tests/gpu/ddp_check.py" "$carry/bin/"
+# The slow-link step's per-flow pacing (tools/flowcap_shim.c), linked by Zig against glibc 2.28's symbols
+# as the plugin is (the GPU machine's glibc may be older than this one's); the plain compiler otherwise.
+zig=$(sed -n 's/^ZIPCCL_ZIG_COMMAND:STRING=//p' "$build/CMakeCache.txt" | tr ';' ' ')
+if [ -n "$zig" ] && $zig cc -target x86_64-linux-gnu.2.28 -O2 -shared -fPIC -o "$carry/bin/flowcap_shim.so" \
+  "$root/tools/flowcap_shim.c" 2>/dev/null; then
+  echo "stage: flowcap_shim.so linked for glibc 2.28 (Zig)"
+else
+  cc -O2 -shared -fPIC -o "$carry/bin/flowcap_shim.so" "$root/tools/flowcap_shim.c" -ldl
+  echo "stage: flowcap_shim.so built with this machine's glibc (no Zig): it may not load on an older one"
+fi
 # The Python package, for the zipccl.enable() DDP step, when tests/python/run.sh has built its wheel
 # (carried packed: the device step unpacks it).
 wheel=$(ls "$root"/build-python/wheelhouse/zipccl-*.whl 2>/dev/null | head -n 1 || true)
