@@ -84,13 +84,13 @@ int main(int argc, char** argv) {
   auto net = zipccl::net_client::load_version(lib, 9);
   void* ctx = nullptr;
   if (!net || net->init(&ctx, 0, nullptr, quiet_logger, nullptr) != ncclSuccess) return 4;
+  if (!std::strcmp(argv[1], "exit") && (argc == 3 || argc == 4))
+    return exit_in_flight(net.get(), ctx, std::atoi(argv[2]));
   const size_t kSize = 16 << 20;
   std::vector<unsigned char> buf(kSize);
   for (size_t i = 0; i < kSize; ++i) buf[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   zipccl::net_client::DeviceHandle* dh = nullptr;
-  if (!std::strcmp(argv[1], "exit") && (argc == 3 || argc == 4))
-    return exit_in_flight(net.get(), ctx, std::atoi(argv[2]));
   if (!std::strcmp(argv[1], "send") && argc == 3) {
     if (std::strlen(argv[2]) != 2 * sizeof handle) return 5;
     for (size_t i = 0; i < sizeof handle; ++i) {

@@ -2,7 +2,6 @@
 // arrives on a connection (wrong magic, lying lengths, corrupt frames). The survivor must report an
 // error within a bounded time, never hang, crash or write outside the posted receive buffer.
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -13,6 +12,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "layer/frame.h"
 #include "plugin_data.h"
@@ -211,17 +213,10 @@ TEST_F(Faults, ExitWithTrafficInFlight) {
                                    << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     EXPECT_EQ(WEXITSTATUS(status), 0) << "delay " << ms << " ms";
     std::string json;  // zipccl-HOST-PID.json, the one JSON file there
-    if (DIR* d = opendir(dir.c_str())) {
-      while (dirent* e = readdir(d)) {
-        const std::string name = e->d_name;
-        if (name.size() < 5 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
-        if (FILE* in = std::fopen((dir + "/" + name).c_str(), "r")) {
-          char b[4096];
-          for (size_t n; (n = std::fread(b, 1, sizeof b, in)) > 0;) json.append(b, n);
-          std::fclose(in);
-        }
-      }
-      closedir(d);
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.path().extension() != ".json") continue;
+      std::ifstream in(e.path());
+      json.assign(std::istreambuf_iterator<char>(in), {});
     }
     EXPECT_NE(json.find("\"final\":true"), std::string::npos) << "delay " << ms << " ms: " << json;
     // Over an inner zipccl, the file is the inner's (the same name), and the inner codes nothing.
@@ -229,7 +224,7 @@ TEST_F(Faults, ExitWithTrafficInFlight) {
     if (!inner || !*inner) {
       EXPECT_EQ(json.find("\"compressed\":0,"), std::string::npos) << "no message was compressed: " << json;
     }
-    std::system(("rm -rf " + dir).c_str());
+    std::filesystem::remove_all(dir);
   }
 }
 
