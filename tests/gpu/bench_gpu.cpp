@@ -115,6 +115,12 @@ struct Dev {
   ~Dev() { cudaFree(p); }
 };
 
+// Fills `bytes` of device memory at dst with `pattern`, repeated.
+void fill_repeated(uint8_t* dst, size_t bytes, const std::vector<uint8_t>& pattern) {
+  for (size_t at = 0; at < bytes; at += pattern.size())
+    CHECK_CUDA(cudaMemcpy(dst + at, pattern.data(), std::min(pattern.size(), bytes - at), cudaMemcpyHostToDevice));
+}
+
 // One message of `bytes` (or `batch` messages of `bytes` each), max_sms and block_log2 as given (0: the
 // GPU encoder's default, 8192-element blocks).
 Row run(ElemType t, const std::vector<uint8_t>& pattern, const std::string& set, size_t bytes, int batch,
@@ -125,8 +131,7 @@ Row run(ElemType t, const std::vector<uint8_t>& pattern, const std::string& set,
   // Copies of the input, frames and output, rotated through rep by rep (copy 0 is the one checked).
   const int copies = int(std::max<size_t>(1, (g_rotate_bytes + total - 1) / total));
   Dev src(total * copies), frame(fbytes * copies), out(total * copies), res(sizeof(CodecResult) * batch);
-  for (size_t at = 0; at < total; at += pattern.size())
-    CHECK_CUDA(cudaMemcpy(src.p + at, pattern.data(), std::min(pattern.size(), total - at), cudaMemcpyHostToDevice));
+  fill_repeated(src.p, total, pattern);
   for (int c = 1; c < copies; ++c) CHECK_CUDA(cudaMemcpy(src.p + total * c, src.p, total, cudaMemcpyDeviceToDevice));
   std::vector<std::vector<codec::gpu::EncodeItem>> enc(copies, std::vector<codec::gpu::EncodeItem>(batch));
   std::vector<size_t> sizes(batch, bytes);
@@ -367,8 +372,7 @@ void nvcomp_rows(const Nvcomp& nv, const std::vector<uint8_t>& pattern, const st
                  std::vector<NvRow>* rows) {
   const size_t bytes = size_t(256) << 20;
   Dev src(bytes);
-  for (size_t at = 0; at < bytes; at += pattern.size())
-    CHECK_CUDA(cudaMemcpy(src.p + at, pattern.data(), std::min(pattern.size(), bytes - at), cudaMemcpyHostToDevice));
+  fill_repeated(src.p, bytes, pattern);
   AnsCompressOpts bytewise, half;
   half.data_type = 10;  // NVCOMP_TYPE_FLOAT16
   rows->push_back(run_nvcomp(nv.ans, bytewise, AnsDecompressOpts{}, set, "ANS (bytes)", src.p, bytes, s));

@@ -51,7 +51,7 @@ for f in gpt19m_weights_step30_layer0.bf16 gpt19m_grads_step1_layers2-3.bf16; do
   if [ -f "$data" ]; then cp "$data" "$carry/data/"; else echo "stage: no $data: steps that read it skip it"; fi
 done
 # nvCOMP, for the bench's side-by-side rows: the library of PyPI's nvidia-libnvcomp-cu13 (self-contained:
-# libc, libstdc++ and its own CUDA runtime), xz-packed (25 MB -> ~8 MB: the carry is limited to 64 MiB).
+# libc, libstdc++ and its own CUDA runtime), xz-packed (25.4 MB -> 21.7 MB: the carry is limited to 64 MiB).
 # The wheel is kept in /var/cache/zipccl/nvcomp; without PyPI the bench runs without nvCOMP.
 nvcomp_cache=/var/cache/zipccl/nvcomp
 mkdir -p "$nvcomp_cache" "$carry/lib"
