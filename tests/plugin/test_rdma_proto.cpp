@@ -3,11 +3,14 @@
 // messages, injected completion failures, a vanished peer and a lying peer.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <deque>
+#include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "abi/net_mr.h"
@@ -509,6 +512,74 @@ TEST(RdmaMrCache, PageAlignedSharedAndCounted) {
 
 // regMrDmaBuf: the dma-buf offset moves with the start of the page-aligned range; an offset too small
 // to move keeps the range exact.
+// NCCL registers user buffers (regMr/deregMr) on its proxy service thread while its progress thread
+// posts and tests on the same comm (issue 33 defect 4, here in the RDMA transport): a thread pins and
+// unpins buffers on both ends while messages flow, half of them from memory no pin covers (their lookup
+// walks every range, the ones just made included, then registers for the one operation). Under TSan
+// (tools/test.sh's TSan stage) a cache not ordered against the data path is a reported race; in every
+// build each message arrives intact and only the messages' own ranges stay registered.
+TEST(RdmaMrCache, PinAndUnpinWhileTrafficFlows) {
+  Conn c = connect(2, 0, RdmaParams{});
+  const size_t n = 6000;
+  PageBuf msg(4 * 4096), loose(4096), user(8 * 4096);
+  char* src = msg.p;
+  char* dst = msg.p + 2 * 4096;
+  const std::vector<char> want = pattern(n, 21), want_loose = pattern(1000, 22);
+  std::memcpy(src, want.data(), n);
+  std::memcpy(loose.p, want_loose.data(), want_loose.size());
+  ASSERT_EQ(c.s->pin(host_mem(src, n)), ncclSuccess);
+  ASSERT_EQ(c.r->pin(host_mem(dst, n)), ncclSuccess);
+  const int live_s = c.sf->registrations_live(), live_r = c.rf->registrations_live();
+  std::atomic<bool> stop{false};
+  std::atomic<int> rounds{0}, failures{0};
+  std::thread service([&] {
+    while (!stop.load()) {
+      for (int k = 0; k < 8; ++k) {  // each on both ends, then released
+        char* b = user.p + k * 4096;
+        const MemDesc m = k % 2 ? device_mem(b, 4096) : host_mem(b, 4096);
+        if (c.s->pin(m) != ncclSuccess || c.r->pin(m) != ncclSuccess) {
+          failures.fetch_add(1);
+          return;
+        }
+        c.s->unpin(b);
+        c.r->unpin(b);
+      }
+      rounds.fetch_add(1);
+    }
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  int messages = 0;
+  for (; messages < 100 || rounds.load() < 20; ++messages) {
+    if (failures.load() || std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) break;
+    const bool pinned = messages % 2 == 0;
+    const char* from = pinned ? src : loose.p;
+    const size_t len = pinned ? n : want_loose.size();
+    std::memset(dst, 0, n);
+    ASSERT_EQ(c.r->post_target(dst, n, 0), ncclSuccess);
+    ASSERT_EQ(send_and_wait(c, from, len, false), ncclSuccess) << "message " << messages;
+    uint8_t meta[kMetaBytes];
+    uint64_t got = 0;
+    ncclResult_t res;
+    ASSERT_TRUE(peek_ready(c, meta, &got, &res)) << "message " << messages;
+    ASSERT_EQ(got, len) << "message " << messages;
+    int op = kNoOp;
+    ASSERT_EQ(c.r->recv(dst, n, &op), ncclSuccess);
+    bool done = false;
+    ASSERT_EQ(c.r->test(op, &done), ncclSuccess);
+    ASSERT_TRUE(done);
+    ASSERT_EQ(std::memcmp(dst, from, len), 0) << "message " << messages;
+  }
+  stop.store(true);
+  service.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GE(messages, 100);
+  EXPECT_GE(rounds.load(), 20) << "registration rounds during " << messages << " messages";
+  EXPECT_EQ(c.sf->registrations_live(), live_s);  // the user buffers' ranges and the temporary ones went
+  EXPECT_EQ(c.rf->registrations_live(), live_r);
+  EXPECT_EQ(c.s->mrs().ranges(), 1u);
+  EXPECT_EQ(c.r->mrs().ranges(), 1u);
+}
+
 TEST(RdmaMrCache, DmaBufOffsetFollowsTheAlignment) {
   auto ends = make_loopback_pair(1, 0);
   LoopbackFabric* f = ends.first.get();

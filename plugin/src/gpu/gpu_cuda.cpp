@@ -41,10 +41,14 @@ ncclResult_t cuda_failed(const char* call, cudaError_t e, const char* file, int 
     first = std::find(seen.begin(), seen.end(), e) == seen.end();
     if (first) seen.push_back(e);
   }
-  if (first) {
+  // A job that exits without destroying its communicators unloads the CUDA runtime while NCCL's proxy
+  // thread still calls in: every later call fails with cudaErrorCudartUnloading. That is the end of the
+  // process, not a fault of the job, and a WARN as its last line would send users looking for one.
+  if (first && e != cudaErrorCudartUnloading) {
     ZIPCCL_WARN("%s failed: %s (%s:%d)", call, cudaGetErrorString(e), file, line);
   } else {
-    ZIPCCL_INFO(NCCL_NET, "%s failed again: %s (%s:%d)", call, cudaGetErrorString(e), file, line);
+    ZIPCCL_INFO(NCCL_NET, "%s failed%s: %s (%s:%d)", call, first ? "" : " again", cudaGetErrorString(e), file,
+                line);
   }
   return ncclUnhandledCudaError;
 }

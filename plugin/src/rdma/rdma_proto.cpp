@@ -49,59 +49,88 @@ MrCache::~MrCache() {
   for (auto& kv : ranges_) f_->dereg(&kv.second.mr);
 }
 
-ncclResult_t MrCache::pin(const MemDesc& mem) {
-  if (!mem.size) return ncclSuccess;
-  MemDesc want = page_align(mem, page_);
-  uintptr_t b = reinterpret_cast<uintptr_t>(want.data);
-  uintptr_t a = reinterpret_cast<uintptr_t>(mem.data);
+bool MrCache::share_locked(const MemDesc& mem, uint64_t* id) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(mem.data);
   for (auto& kv : ranges_) {
     Range& r = kv.second;
     if (r.device == mem.device && a >= r.base && a - r.base + mem.size <= r.len) {
       ++r.refs;
-      pins_.emplace(a, kv.first);
+      *id = kv.first;
+      return true;
+    }
+  }
+  return false;
+}
+
+ncclResult_t MrCache::pin(const MemDesc& mem) {
+  if (!mem.size) return ncclSuccess;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(mem.data);
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (share_locked(mem, &id)) {
+      pins_.emplace(a, id);
       return ncclSuccess;
     }
   }
+  // Pinning pages can take long; lookups of the data path go on meanwhile. Two pins of one new range at
+  // once make two ranges, each counted and released on its own.
+  const MemDesc want = page_align(mem, page_);
   MemRegion mr;
   ZIPCCL_CHECK(f_->reg_mem(want, &mr));
-  ++registrations_;
-  uint64_t id = next_id_++;
-  ranges_.emplace(id, Range{b, want.size, mem.device, mr, 1});
+  registrations_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  id = next_id_++;
+  ranges_.emplace(id, Range{reinterpret_cast<uintptr_t>(want.data), want.size, mem.device, mr, 1});
   pins_.emplace(a, id);
   return ncclSuccess;
 }
 
 void MrCache::unpin(void* addr) {
-  auto p = pins_.lower_bound(reinterpret_cast<uintptr_t>(addr));  // the oldest pin at addr
-  if (p == pins_.end() || p->first != reinterpret_cast<uintptr_t>(addr)) return;
-  auto it = ranges_.find(p->second);
-  pins_.erase(p);
-  if (it == ranges_.end() || --it->second.refs > 0) return;
-  f_->dereg(&it->second.mr);
-  ranges_.erase(it);
+  MemRegion mr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto p = pins_.lower_bound(reinterpret_cast<uintptr_t>(addr));  // the oldest pin at addr
+    if (p == pins_.end() || p->first != reinterpret_cast<uintptr_t>(addr)) return;
+    auto it = ranges_.find(p->second);
+    pins_.erase(p);
+    if (it == ranges_.end() || --it->second.refs > 0) return;
+    mr = it->second.mr;
+    ranges_.erase(it);
+  }
+  f_->dereg(&mr);
 }
 
 int MrCache::refs(const void* addr) const {
+  std::lock_guard<std::mutex> lock(mu_);
   auto p = pins_.lower_bound(reinterpret_cast<uintptr_t>(addr));
   if (p == pins_.end() || p->first != reinterpret_cast<uintptr_t>(addr)) return 0;
   auto it = ranges_.find(p->second);
   return it == ranges_.end() ? 0 : it->second.refs;
 }
 
+size_t MrCache::ranges() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ranges_.size();
+}
+
 ncclResult_t MrCache::get(const void* addr, size_t len, MemRegion* mr, bool* temp) {
   *temp = false;
   *mr = MemRegion{};
   if (!len) return ncclSuccess;  // nothing to access: no key needed
-  uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  for (const auto& kv : ranges_) {
-    const Range& r = kv.second;
-    if (a >= r.base && a - r.base + len <= r.len) {
-      *mr = r.mr;
-      return ncclSuccess;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& kv : ranges_) {
+      const Range& r = kv.second;
+      if (a >= r.base && a - r.base + len <= r.len) {
+        *mr = r.mr;
+        return ncclSuccess;
+      }
     }
   }
   ZIPCCL_CHECK(f_->reg(const_cast<void*>(addr), len, mr));
-  ++registrations_;
+  registrations_.fetch_add(1, std::memory_order_relaxed);
   *temp = true;
   return ncclSuccess;
 }

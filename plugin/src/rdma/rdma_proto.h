@@ -21,11 +21,13 @@
 // slot, 2 refused). The full sequence number is recovered from the window (depth <= 1024).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -103,6 +105,9 @@ struct RdmaParams {
 // reference, so repeated regMr of the same buffer costs no verbs call; the range is deregistered when
 // its last pin goes. Any other range gets a temporary registration for one operation (memory the
 // plugin does not own may be freed and its addresses reused, so it is never cached).
+// Thread-safe: NCCL pins and unpins (regMr/deregMr of user buffers) on its proxy service thread while
+// its progress thread looks ranges up for the data path. Fabric registration and deregistration run
+// outside the lock, so a large registration does not stall the data path.
 class MrCache {
  public:
   // page: the registration granularity (a power of two); 0: the host page size.
@@ -113,8 +118,8 @@ class MrCache {
   // A region covering [addr, addr + len): a pinned one, or a new one (*temp) to hand to release().
   ncclResult_t get(const void* addr, size_t len, MemRegion* mr, bool* temp);
   void release(MemRegion* mr);
-  uint64_t registrations() const { return registrations_; }  // fabric registrations made so far
-  size_t ranges() const { return ranges_.size(); }            // registered pinned ranges
+  uint64_t registrations() const { return registrations_.load(std::memory_order_relaxed); }  // made so far
+  size_t ranges() const;  // registered pinned ranges
   int refs(const void* addr) const;  // pins sharing the range that pins at addr use (0: none)
 
  private:
@@ -127,10 +132,12 @@ class MrCache {
   };
   Fabric* f_;
   size_t page_;
+  bool share_locked(const MemDesc& mem, uint64_t* id);  // a pinned range of mem's kind covering mem
+  mutable std::mutex mu_;                       // ranges_, pins_, next_id_
   std::map<uint64_t, Range> ranges_;            // by id
   std::multimap<uintptr_t, uint64_t> pins_;     // pinned address -> range id
   uint64_t next_id_ = 1;
-  uint64_t registrations_ = 0;
+  std::atomic<uint64_t> registrations_{0};
 };
 
 // Shared by both directions: the fabric, the error state and the receive-queue bookkeeping.
