@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "nccl/net_v12.h"
 
@@ -114,6 +115,11 @@ __attribute__((visibility("default"))) void fake_inner_device_memory(const void*
     break;
   }
   pthread_mutex_unlock(&g_mu);
+}
+/* Each registration takes this long (microseconds), as pinning a large buffer does on a real NIC. */
+static int g_reg_delay_us;
+__attribute__((visibility("default"))) void fake_inner_set_reg_delay_us(int us) {
+  __atomic_store_n(&g_reg_delay_us, us, __ATOMIC_RELAXED);
 }
 /* Whether [p, p + n) touches declared device memory (an empty range: whether p lies in it). */
 static int is_device(const void* p, size_t n) {
@@ -354,6 +360,8 @@ static ncclResult_t add_reg(void* d, size_t s, int t, int dmabuf, void** m) {
     FAKE_WARN("fake-inner: regMr of %zu bytes at %p (%s memory) as %s", s, d, type_name(want), type_name(t));
     return ncclInternalError;
   }
+  const int delay = __atomic_load_n(&g_reg_delay_us, __ATOMIC_RELAXED);
+  if (delay > 0) usleep((useconds_t)delay);
   fake_mr_t* mr = (fake_mr_t*)malloc(sizeof *mr);
   if (!mr) return ncclSystemError;
   mr->data = d;

@@ -638,6 +638,95 @@ TEST(InnerStaging, ClosedWithADeviceReceivePostedKeepsItsStaging) {
   declare_device(nullptr, 0);
 }
 
+// A device regMr larger than any before (a user buffer NCCL registers while traffic flows) adds staging
+// arenas to the comm. The data path may take regions of a new arena only once it is registered with
+// the inner: before that, the inner transport finds no registration for it and copies it through a
+// bounce buffer on the host, which on a GPU is the CPU reading device memory (a crash). The stand-in's
+// registrations are made slow, as pinning a large buffer is on a NIC, so messages flow during them.
+TEST(InnerStaging, GrownStagingIsRegisteredBeforeUse) {
+  if (registered_type() != NCCL_PTR_CUDA || !inner_cuda()) {
+    GTEST_SKIP() << "an inner that takes device memory (test_inner_optional_emu, ZIPCCL_TEST_FAKE_CUDA=1)";
+  }
+  auto api = load_api(12);
+  ASSERT_TRUE(api);
+  ASSERT_EQ(api->init(), ncclSuccess);
+  FakeState* st = fake_state();
+  ASSERT_NE(st, nullptr);
+  void *sc = nullptr, *rc = nullptr, *lc = nullptr;
+  ASSERT_TRUE(make_pair(api.get(), &sc, &rc, &lc));
+  auto& net = api->net();
+  const size_t n = 64 << 10;
+  std::vector<uint8_t> src = make_data(DataKind::kBf16Gauss, n, 13), dst(n);
+  ASSERT_TRUE(declare_device(src.data(), n));
+  ASSERT_TRUE(declare_device(dst.data(), n));
+  void *smh = nullptr, *rmh = nullptr;
+  ASSERT_EQ(net.reg_mr(sc, src.data(), n, NCCL_PTR_CUDA, &smh), ncclSuccess);
+  ASSERT_EQ(net.reg_mr(rc, dst.data(), n, NCCL_PTR_CUDA, &rmh), ncclSuccess);
+  auto* set_delay = reinterpret_cast<void (*)(int)>(
+      dlsym(dlopen(std::getenv("ZIPCCL_NET_INNER"), RTLD_NOW | RTLD_NOLOAD), "fake_inner_set_reg_delay_us"));
+  ASSERT_NE(set_delay, nullptr);
+  set_delay(3000);
+  // User buffers of 128 KiB to 2 MiB, each larger than all before: every one grows both comms' staging.
+  std::vector<std::vector<uint8_t>> user;
+  for (size_t size = 128 << 10; size <= (2u << 20); size *= 2) user.emplace_back(size);
+  for (auto& u : user) ASSERT_TRUE(declare_device(u.data(), u.size()));
+  std::vector<void*> umh(2 * user.size(), nullptr);
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+  std::thread service([&] {
+    for (size_t i = 0; i < user.size(); ++i) {
+      if (net.reg_mr(sc, user[i].data(), user[i].size(), NCCL_PTR_CUDA, &umh[2 * i]) != ncclSuccess ||
+          net.reg_mr(rc, user[i].data(), user[i].size(), NCCL_PTR_CUDA, &umh[2 * i + 1]) != ncclSuccess) {
+        failures.fetch_add(1);
+        break;
+      }
+    }
+    done.store(true);
+  });
+  auto t0 = Clock::now();
+  int messages = 0;
+  for (; !done.load() || messages < 20; ++messages) {
+    std::fill(dst.begin(), dst.end(), 0);
+    void *rreq = nullptr, *sreq = nullptr;
+    while (!rreq) {
+      ASSERT_EQ(api->irecv(rc, dst.data(), n, 2, rmh, &rreq), ncclSuccess);
+    }
+    while (!sreq) {
+      ASSERT_EQ(api->isend(sc, src.data(), n, 2, smh, &sreq), ncclSuccess);
+    }
+    for (int rdone = 0, sdone = 0, got = 0, sent = 0; !rdone || !sdone;) {
+      if (!sdone) {
+        ASSERT_EQ(api->test(sreq, &sdone, &sent), ncclSuccess) << "message " << messages;
+      }
+      if (!rdone) {
+        ASSERT_EQ(api->test(rreq, &rdone, &got), ncclSuccess) << "message " << messages;
+      }
+      ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 30.0) << "message " << messages;
+    }
+    ASSERT_TRUE(src == dst) << "message " << messages;
+  }
+  service.join();
+  set_delay(0);
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(st->errors, 0);
+  for (size_t i = 0; i < user.size(); ++i) {
+    EXPECT_EQ(net.dereg_mr(sc, umh[2 * i]), ncclSuccess);
+    EXPECT_EQ(net.dereg_mr(rc, umh[2 * i + 1]), ncclSuccess);
+  }
+  EXPECT_EQ(net.dereg_mr(sc, smh), ncclSuccess);
+  EXPECT_EQ(net.dereg_mr(rc, rmh), ncclSuccess);
+  EXPECT_EQ(api->close_send(sc), ncclSuccess);
+  EXPECT_EQ(api->close_recv(rc), ncclSuccess);
+  EXPECT_EQ(api->close_listen(lc), ncclSuccess);
+  unsigned long long in_place = 0, bounced = 0;
+  ASSERT_TRUE(close_counts("send", &in_place, &bounced));
+  EXPECT_EQ(bounced, 0u) << "sends from staging not registered with the inner (" << messages << " messages)";
+  ASSERT_TRUE(close_counts("receive", &in_place, &bounced));
+  EXPECT_EQ(bounced, 0u) << "receives into staging not registered with the inner (" << messages << " messages)";
+  EXPECT_EQ(api->finalize(), ncclSuccess);
+  declare_device(nullptr, 0);
+}
+
 // Issue 33 defect 4, the inner transport's half: NCCL registers user buffers (regMr/deregMr) on its proxy
 // service thread while the progress thread's isend/irecv look the registrations of the same comm up
 // (Registrations::find on every posted buffer). A thread registers and deregisters buffers on both comms

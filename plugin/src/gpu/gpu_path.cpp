@@ -311,13 +311,15 @@ ncclResult_t Channel::buffer(int slot, Buf which, size_t n, void** p) {
     *p = r.p;
     return ncclSuccess;
   }
-  auto& list = arenas_[static_cast<int>(which)];
-  if (list.empty() || r.p) {
+  Arena* a = nullptr;
+  for (auto it = arenas_[static_cast<int>(which)].rbegin(); !a && it != arenas_[static_cast<int>(which)].rend(); ++it) {
+    if ((*it)->published) a = it->get();
+  }
+  if (!a || r.p) {
     ZIPCCL_WARN("device message of %zu bytes: its connection's device memory was never registered (regMr)%s", n,
                 r.p ? ", or the region is already taken" : "");
     return ncclInternalError;
   }
-  Arena* a = list.back().get();
   const size_t need = align_up(n ? n : 1);
   if (need > a->cap) {
     ZIPCCL_WARN("device message of %zu bytes, larger than the %zu-byte registration it comes from", n, bytes_);
@@ -334,6 +336,13 @@ ncclResult_t Channel::buffer(int slot, Buf which, size_t n, void** p) {
   ++a->live;
   *p = r.p;
   return ncclSuccess;
+}
+
+void Channel::publish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& list : arenas_) {
+    for (auto& a : list) a->published = true;
+  }
 }
 
 void Channel::release(int slot) {

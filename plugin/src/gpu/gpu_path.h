@@ -221,8 +221,13 @@ class Channel {
   // Prepares this comm for device messages of up to `bytes` on `dev` (regMr of a `bytes` buffer):
   // binds to the device (streams; later registrations must be on it), loads the kernels, sizes the
   // codec workspaces and the arenas, and creates the results of `segments` per message and, for a
-  // sender (seg_events), their copy-stream events.
+  // sender (seg_events), their copy-stream events. Arenas it adds are not used until publish(): the
+  // caller first registers them with its transport (an inner plugin or the RDMA transport posts from
+  // and into them only once they are registered), outside this Channel's lock.
   ncclResult_t reserve(int dev, size_t bytes, size_t segments, bool seg_events);
+  // Arenas added by reserve() are used from now on (older ones drain). Until then buffer() takes
+  // regions of the newest published arena of each kind.
+  void publish();
   // regMr of device memory at `data` for a comm of `slots` requests: creates *ch at the first one
   // (on the process's device operations; an error when the GPU path is off) and reserves.
   // ncclInvalidUsage, with nothing allocated, for more than kMaxStagedRegistration bytes.
@@ -250,9 +255,9 @@ class Channel {
   // after kDrainLimitMs a WARN, and the work may still touch the buffers.
   void drain();
   static constexpr int kDrainLimitMs = 10000;
-  // Each staging arena of kind `which` (fn(base, bytes)): pinned host staging is what device messages
-  // are sent from and land in, device staging what they are encoded into. An arena lives as long as
-  // the Channel (a larger reserve() adds one; older ones only drain).
+  // Each staging arena of kind `which` (fn(base, bytes)), published or not: pinned host staging is
+  // what device messages are sent from and land in, device staging what they are encoded into. An
+  // arena lives as long as the Channel (a larger reserve() adds one; older ones only drain).
   template <typename Fn>
   void for_each_arena(Buf which, Fn&& fn) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -270,6 +275,7 @@ class Channel {
     char* base = nullptr;
     size_t cap = 0, head = 0;
     int live = 0;  // regions handed out and not yet returned
+    bool published = false;  // buffer() may take regions of it (publish())
   };
   struct Region {
     Arena* arena = nullptr;
@@ -286,7 +292,7 @@ class Channel {
   mutable std::mutex mu_;  // reserve() (service thread) against the data path (progress thread)
   DeviceOps* ops_;
   std::vector<Slot> slots_;
-  std::vector<std::unique_ptr<Arena>> arenas_[3];  // the last one is current; older ones drain
+  std::vector<std::unique_ptr<Arena>> arenas_[3];  // the last published one is current; older ones drain
   std::vector<Result*> retired_results_;           // replaced by a larger reserve(), freed at close
   size_t bytes_ = 0;     // largest message reserve() prepared for
   size_t segments_ = 0;  // most segments per message prepared for

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -53,8 +54,8 @@ struct RequestHeader {
 // (BufferRegistry::pins_staging: the inner transport), so that device messages are posted from and
 // land in it without the transport's own copy; with `device` (a sender over a transport that posts
 // device memory, BufferRegistry::posts_device) the device staging too, as device memory, so codec
-// frames go from where they were encoded. Each arena is pinned once, after the regMr that made it, and
-// unpinned at close; while the transport still has requests in flight nothing is unpinned and the
+// frames go from where they were encoded. Each arena is pinned once, by the regMr that made it and
+// before the Channel publishes it to the data path, and unpinned at close; while the transport still has requests in flight nothing is unpinned and the
 // staging must outlive the connection (close() says so).
 class StagingPins {
  public:
@@ -63,12 +64,12 @@ class StagingPins {
     ZIPCCL_CHECK(pin_arenas(reg, ch, gpu::Channel::Buf::kHost));
     if (device && reg->posts_device()) {
       ZIPCCL_CHECK(pin_arenas(reg, ch, gpu::Channel::Buf::kDevice));
-      device_frames_ = true;
+      device_frames_.store(true, std::memory_order_release);
     }
     return ncclSuccess;
   }
   // Whether codec frames may be posted from the device staging (every device arena is pinned).
-  bool device_frames() const { return device_frames_; }
+  bool device_frames() const { return device_frames_.load(std::memory_order_acquire); }
   // Before the connection closes. False: the transport may still use the staging, which must then be
   // left allocated (keep()).
   bool close(BufferRegistry* reg) {
@@ -103,7 +104,7 @@ class StagingPins {
     return res;
   }
   std::vector<void*> pinned_;
-  bool device_frames_ = false;
+  std::atomic<bool> device_frames_{false};  // set by regMr (NCCL's service thread), read by the data path
 };
 
 class EncodeJob final : public Job {

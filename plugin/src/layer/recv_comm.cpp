@@ -154,7 +154,9 @@ ncclResult_t RecvComm::reserve_device(void* data, size_t size) {
   ZIPCCL_CHECK(
       gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size, size / 4096 + 1, false));
   // Device arenas too, when the transport writes device memory: payloads then land there (no H2D).
-  return staging_pins_.pin_new(registry_, *gpu_, true);
+  ZIPCCL_CHECK(staging_pins_.pin_new(registry_, *gpu_, true));
+  gpu_->publish();  // only now may receives use the new staging: the transport knows it
+  return ncclSuccess;
 }
 
 // A device receive's regions: pinned staging for what arrives (a whole codec frame may be up to

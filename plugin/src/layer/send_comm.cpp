@@ -280,7 +280,9 @@ void SendComm::finish_sample() {
 ncclResult_t SendComm::reserve_device(void* data, size_t size) {
   ZIPCCL_CHECK(gpu::Channel::reserve_for(&gpu_, static_cast<int>(reqs_.size()), data, size,
                                          static_cast<size_t>(segment_count(size, segment_bytes_)), true));
-  return staging_pins_.pin_new(registry_, *gpu_, true);
+  ZIPCCL_CHECK(staging_pins_.pin_new(registry_, *gpu_, true));
+  gpu_->publish();  // only now may messages use the new staging: the transport knows it
+  return ncclSuccess;
 }
 
 // Device message: every segment's encode is enqueued on the stream now, each into its own region of
