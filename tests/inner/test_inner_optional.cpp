@@ -592,27 +592,43 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
   declare_device(nullptr, 0);
 }
 
+// A connected pair over the stand-in with one registered device buffer of n bytes on each side (src
+// holding bf16 data).
+struct DevicePair {
+  std::unique_ptr<NetApi> api;
+  FakeState* st = nullptr;
+  void *sc = nullptr, *rc = nullptr, *lc = nullptr, *smh = nullptr, *rmh = nullptr;
+  std::vector<uint8_t> src, dst;
+};
+void open_device_pair(size_t n, uint64_t seed, DevicePair* d) {
+  d->api = load_api(12);
+  ASSERT_TRUE(d->api);
+  ASSERT_EQ(d->api->init(), ncclSuccess);
+  d->st = fake_state();
+  ASSERT_NE(d->st, nullptr);
+  ASSERT_TRUE(make_pair(d->api.get(), &d->sc, &d->rc, &d->lc));
+  d->src = make_data(DataKind::kBf16Gauss, n, seed);
+  d->dst.assign(n, 0);
+  ASSERT_TRUE(declare_device(d->src.data(), n));
+  ASSERT_TRUE(declare_device(d->dst.data(), n));
+  ASSERT_EQ(d->api->net().reg_mr(d->sc, d->src.data(), n, NCCL_PTR_CUDA, &d->smh), ncclSuccess);
+  ASSERT_EQ(d->api->net().reg_mr(d->rc, d->dst.data(), n, NCCL_PTR_CUDA, &d->rmh), ncclSuccess);
+}
+
 // A receive comm closed with a device receive still posted (a failed job): its inner comm and
 // registrations stay open, and so does the GPU path's pinned staging that the receive's payload lands in
 // (registered with the inner). A message sent afterwards lands there: under ASan (tools/test.sh) a freed
 // staging shows as a use-after-free in the stand-in's copy.
 TEST(InnerStaging, ClosedWithADeviceReceivePostedKeepsItsStaging) {
   if (registered_type() != NCCL_PTR_CUDA) GTEST_SKIP() << "device buffers only (test_inner_optional_emu)";
-  auto api = load_api(12);
-  ASSERT_TRUE(api);
-  ASSERT_EQ(api->init(), ncclSuccess);
-  FakeState* st = fake_state();
-  ASSERT_NE(st, nullptr);
-  void *sc = nullptr, *rc = nullptr, *lc = nullptr;
-  ASSERT_TRUE(make_pair(api.get(), &sc, &rc, &lc));
+  DevicePair d;
+  ASSERT_NO_FATAL_FAILURE(open_device_pair(64 << 10, 11, &d));
+  auto& api = d.api;
+  FakeState* st = d.st;
+  void *sc = d.sc, *rc = d.rc, *lc = d.lc, *smh = d.smh, *rmh = d.rmh;
   auto& net = api->net();
-  const size_t n = 64 << 10;
-  std::vector<uint8_t> src = make_data(DataKind::kBf16Gauss, n, 11), dst(n);
-  ASSERT_TRUE(declare_device(src.data(), n));
-  ASSERT_TRUE(declare_device(dst.data(), n));
-  void *smh = nullptr, *rmh = nullptr;
-  ASSERT_EQ(net.reg_mr(sc, src.data(), n, NCCL_PTR_CUDA, &smh), ncclSuccess);
-  ASSERT_EQ(net.reg_mr(rc, dst.data(), n, NCCL_PTR_CUDA, &rmh), ncclSuccess);
+  const size_t n = d.src.size();
+  std::vector<uint8_t>& src = d.src, &dst = d.dst;
   void* rreq = nullptr;
   ASSERT_EQ(api->irecv(rc, dst.data(), n, 5, rmh, &rreq), ncclSuccess);
   ASSERT_NE(rreq, nullptr);
@@ -647,21 +663,14 @@ TEST(InnerStaging, GrownStagingIsRegisteredBeforeUse) {
   if (registered_type() != NCCL_PTR_CUDA || !inner_cuda()) {
     GTEST_SKIP() << "an inner that takes device memory (test_inner_optional_emu, ZIPCCL_TEST_FAKE_CUDA=1)";
   }
-  auto api = load_api(12);
-  ASSERT_TRUE(api);
-  ASSERT_EQ(api->init(), ncclSuccess);
-  FakeState* st = fake_state();
-  ASSERT_NE(st, nullptr);
-  void *sc = nullptr, *rc = nullptr, *lc = nullptr;
-  ASSERT_TRUE(make_pair(api.get(), &sc, &rc, &lc));
+  DevicePair d;
+  ASSERT_NO_FATAL_FAILURE(open_device_pair(64 << 10, 13, &d));
+  auto& api = d.api;
+  FakeState* st = d.st;
+  void *sc = d.sc, *rc = d.rc, *lc = d.lc, *smh = d.smh, *rmh = d.rmh;
   auto& net = api->net();
-  const size_t n = 64 << 10;
-  std::vector<uint8_t> src = make_data(DataKind::kBf16Gauss, n, 13), dst(n);
-  ASSERT_TRUE(declare_device(src.data(), n));
-  ASSERT_TRUE(declare_device(dst.data(), n));
-  void *smh = nullptr, *rmh = nullptr;
-  ASSERT_EQ(net.reg_mr(sc, src.data(), n, NCCL_PTR_CUDA, &smh), ncclSuccess);
-  ASSERT_EQ(net.reg_mr(rc, dst.data(), n, NCCL_PTR_CUDA, &rmh), ncclSuccess);
+  const size_t n = d.src.size();
+  std::vector<uint8_t>& src = d.src, &dst = d.dst;
   auto* set_delay = reinterpret_cast<void (*)(int)>(
       dlsym(dlopen(std::getenv("ZIPCCL_NET_INNER"), RTLD_NOW | RTLD_NOLOAD), "fake_inner_set_reg_delay_us"));
   ASSERT_NE(set_delay, nullptr);
