@@ -153,14 +153,15 @@ stage "plugin tests (TSan)"
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build build-tsan -j"$JOBS" --target nccl-net-zipccl test_plugin_abi test_plugin_units \
   test_plugin_conformance test_plugin_faults plugin_peer test_rdma_proto test_rdma_stack test_rdma_plugin \
-  test_rdma_setup test_gpu_path gpu_codec_emulated_tests test_inner_optional
+  test_rdma_setup test_gpu_path gpu_codec_emulated_tests test_inner_optional test_inner_optional_emu
 # The GPU path's own tests (gpu.*: the pipeline over the host emulation's stream threads) run here; its
 # conformance runs with device buffers (*.gpuemu.*) take ~4 min under TSan and run in the other stages.
 # inner.fake.with.InnerRegistration: regMr/deregMr on one thread while another sends over the inner
-# transport (a stand-in inner plugin), for the inner's registration map.
+# transport (a stand-in inner plugin), for the inner's registration map; InnerStaging: device regMr that
+# grow the GPU path's staging while device messages flow over it.
 # The conformance suite runs once per ABI version in the other stages; here only v12's: the versions
 # differ in their tables' adapters, not in the threads below them, and the six took ~1080 s of 1314.
-run_ctest build-tsan -R '^(never|always|auto6)[.]|Faults|Garbage|PluginAbi|SocketIfname|Settings[.]|Frame[.]|Policy[.]|^Rdma|^gpu[.]|^inner[.]fake[.]with[.]InnerRegistration[.]' \
+run_ctest build-tsan -R '^(never|always|auto6)[.]|Faults|Garbage|PluginAbi|SocketIfname|Settings[.]|Frame[.]|Policy[.]|^Rdma|^gpu[.]|^inner[.]fake[.]with[.]InnerRegistration[.]|^inner[.]fake[.]cuda[.]gpuemu[.]always[.]InnerStaging[.]' \
   -E '^(never|always|auto6)[.](gpuemu[.]|Versions/Conformance[.].*/v([7-9]|1[01])( |$))'
 # The CUDA codec's kernel bodies on the emulated CTA (free-running warps): a shared-memory race between
 # a CTA's threads is a TSan report, as racecheck's hazard is on a GPU.
