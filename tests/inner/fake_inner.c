@@ -81,11 +81,11 @@ enum { kMaxDeviceRanges = 64 };
 static struct {
   const char* p;
   size_t n;
+  int staging; /* announced by the GPU emulation (its staging), not declared by the test */
 } g_dev_ranges[kMaxDeviceRanges];
 static int g_ndev_ranges;
 
-/* Declares [p, p + n) device memory; p NULL forgets every declaration. */
-__attribute__((visibility("default"))) int fake_inner_declare_device(const void* p, size_t n) {
+static int declare(const void* p, size_t n, int staging) {
   pthread_mutex_lock(&g_mu);
   int ok = 1;
   if (!p) {
@@ -95,16 +95,21 @@ __attribute__((visibility("default"))) int fake_inner_declare_device(const void*
   } else {
     g_dev_ranges[g_ndev_ranges].p = (const char*)p;
     g_dev_ranges[g_ndev_ranges].n = n;
+    g_dev_ranges[g_ndev_ranges].staging = staging;
     ++g_ndev_ranges;
   }
   pthread_mutex_unlock(&g_mu);
   return ok;
 }
+/* Declares [p, p + n) device memory; p NULL forgets every declaration. */
+__attribute__((visibility("default"))) int fake_inner_declare_device(const void* p, size_t n) {
+  return declare(p, n, 0);
+}
 /* zipccl's GPU emulation (ZIPCCL_GPU_EMULATE_TELL) reports its device allocations here (n > 0) and their
  * frees (n 0): its device staging is device memory too. */
 __attribute__((visibility("default"))) void fake_inner_device_memory(const void* p, size_t n) {
   if (n) {
-    if (!fake_inner_declare_device(p, n)) __atomic_add_fetch(&fake_inner_state.errors, 1, __ATOMIC_RELAXED);
+    if (!declare(p, n, 1)) __atomic_add_fetch(&fake_inner_state.errors, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&fake_inner_state.device_allocs, 1, __ATOMIC_RELAXED);
     return;
   }
@@ -121,18 +126,30 @@ static int g_reg_delay_us;
 __attribute__((visibility("default"))) void fake_inner_set_reg_delay_us(int us) {
   __atomic_store_n(&g_reg_delay_us, us, __ATOMIC_RELAXED);
 }
-/* Whether [p, p + n) touches declared device memory (an empty range: whether p lies in it). */
-static int is_device(const void* p, size_t n) {
+/* On: registrations of the GPU emulation's staging fail, as GPUDirect registration of CUDA memory-pool
+ * allocations may (CUDA documents dma-buf export for cuMemAlloc and cuMemMap'd ranges only). Returns
+ * how many were refused so far. */
+static int g_refuse_staging, g_refused_staging;
+__attribute__((visibility("default"))) int fake_inner_refuse_staging(int on) {
+  __atomic_store_n(&g_refuse_staging, on, __ATOMIC_RELAXED);
+  return __atomic_load_n(&g_refused_staging, __ATOMIC_RELAXED);
+}
+/* Whether [p, p + n) touches declared device memory (an empty range: whether p lies in it); with
+ * staging_only, memory the GPU emulation announced. */
+static int touches(const void* p, size_t n, int staging_only) {
   const char* a = (const char*)p;
-  int dev = 0;
+  int hit = 0;
   pthread_mutex_lock(&g_mu);
-  for (int i = 0; i < g_ndev_ranges && !dev; ++i) {
+  for (int i = 0; i < g_ndev_ranges && !hit; ++i) {
     const char* b = g_dev_ranges[i].p;
-    dev = n ? (a < b + g_dev_ranges[i].n && b < a + n) : (a >= b && a < b + g_dev_ranges[i].n);
+    if (staging_only && !g_dev_ranges[i].staging) continue;
+    hit = n ? (a < b + g_dev_ranges[i].n && b < a + n) : (a >= b && a < b + g_dev_ranges[i].n);
   }
   pthread_mutex_unlock(&g_mu);
-  return dev;
+  return hit;
 }
+static int is_device(const void* p, size_t n) { return touches(p, n, 0); }
+static int is_staging(const void* p, size_t n) { return touches(p, n, 1); }
 static int takes_cuda(int dev) { return g_cuda == kCudaAll || (g_cuda == kCudaDev1 && dev != 0); }
 static int takes_dmabuf(int dev) { return (void)dev, g_cuda == kCudaDmaBuf; }
 static const char* type_name(int t) { return t == NCCL_PTR_CUDA ? "NCCL_PTR_CUDA" : "NCCL_PTR_HOST"; }
@@ -359,6 +376,14 @@ static ncclResult_t add_reg(void* d, size_t s, int t, int dmabuf, void** m) {
   if (t != want) {
     FAKE_WARN("fake-inner: regMr of %zu bytes at %p (%s memory) as %s", s, d, type_name(want), type_name(t));
     return ncclInternalError;
+  }
+  if (t == NCCL_PTR_CUDA && __atomic_load_n(&g_refuse_staging, __ATOMIC_RELAXED) && is_staging(d, s)) {
+    __atomic_add_fetch(&g_refused_staging, 1, __ATOMIC_RELAXED);
+    if (g_log) {
+      g_log(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__,
+            "fake-inner: regMr of %zu bytes of GPU memory at %p failed (a memory-pool allocation)", s, d);
+    }
+    return ncclSystemError;
   }
   const int delay = __atomic_load_n(&g_reg_delay_us, __ATOMIC_RELAXED);
   if (delay > 0) usleep((useconds_t)delay);

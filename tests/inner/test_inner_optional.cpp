@@ -592,6 +592,29 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
   declare_device(nullptr, 0);
 }
 
+// One message of n bytes from src (send comm sc) into dst (receive comm rc) with `tag`, both requests
+// tested until they complete (the receive posted first); fails the test past `limit_s` seconds.
+void exchange(NetApi* api, void* sc, const void* src, void* smh, void* rc, void* dst, void* rmh, size_t n, int tag,
+              double limit_s) {
+  void *rreq = nullptr, *sreq = nullptr;
+  auto t0 = Clock::now();
+  while (!rreq) {
+    ASSERT_EQ(api->irecv(rc, dst, n, tag, rmh, &rreq), ncclSuccess);
+  }
+  while (!sreq) {
+    ASSERT_EQ(api->isend(sc, const_cast<void*>(src), n, tag, smh, &sreq), ncclSuccess);
+  }
+  for (int rdone = 0, sdone = 0, got = 0, sent = 0; !rdone || !sdone;) {
+    if (!sdone) {
+      ASSERT_EQ(api->test(sreq, &sdone, &sent), ncclSuccess);
+    }
+    if (!rdone) {
+      ASSERT_EQ(api->test(rreq, &rdone, &got), ncclSuccess);
+    }
+    ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), limit_s) << "the message never completed";
+  }
+}
+
 // A connected pair over the stand-in with one registered device buffer of n bytes on each side (src
 // holding bf16 data).
 struct DevicePair {
@@ -692,26 +715,11 @@ TEST(InnerStaging, GrownStagingIsRegisteredBeforeUse) {
     }
     done.store(true);
   });
-  auto t0 = Clock::now();
   int messages = 0;
   for (; !done.load() || messages < 20; ++messages) {
     std::fill(dst.begin(), dst.end(), 0);
-    void *rreq = nullptr, *sreq = nullptr;
-    while (!rreq) {
-      ASSERT_EQ(api->irecv(rc, dst.data(), n, 2, rmh, &rreq), ncclSuccess);
-    }
-    while (!sreq) {
-      ASSERT_EQ(api->isend(sc, src.data(), n, 2, smh, &sreq), ncclSuccess);
-    }
-    for (int rdone = 0, sdone = 0, got = 0, sent = 0; !rdone || !sdone;) {
-      if (!sdone) {
-        ASSERT_EQ(api->test(sreq, &sdone, &sent), ncclSuccess) << "message " << messages;
-      }
-      if (!rdone) {
-        ASSERT_EQ(api->test(rreq, &rdone, &got), ncclSuccess) << "message " << messages;
-      }
-      ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 30.0) << "message " << messages;
-    }
+    ASSERT_NO_FATAL_FAILURE(exchange(api.get(), sc, src.data(), smh, rc, dst.data(), rmh, n, 2, 30.0))
+        << "message " << messages;
     ASSERT_TRUE(src == dst) << "message " << messages;
   }
   service.join();
@@ -732,6 +740,48 @@ TEST(InnerStaging, GrownStagingIsRegisteredBeforeUse) {
   EXPECT_EQ(bounced, 0u) << "sends from staging not registered with the inner (" << messages << " messages)";
   ASSERT_TRUE(close_counts("receive", &in_place, &bounced));
   EXPECT_EQ(bounced, 0u) << "receives into staging not registered with the inner (" << messages << " messages)";
+  EXPECT_EQ(api->finalize(), ncclSuccess);
+  declare_device(nullptr, 0);
+}
+
+// The GPU path's staging comes from CUDA memory pools, which GPUDirect RDMA may not register (CUDA
+// documents dma-buf export for cuMemAlloc'd and cuMemMap'd ranges only) while NCCL's own buffers register
+// fine. A refused staging is not an error: NCCL's regMr succeeds, and device messages go through the
+// pinned host staging (codec frames copied off the device first), bit-exact.
+TEST(InnerStaging, RefusedDeviceStagingIsNotAnError) {
+  if (registered_type() != NCCL_PTR_CUDA || !inner_cuda()) {
+    GTEST_SKIP() << "an inner that takes device memory (test_inner_optional_emu, ZIPCCL_TEST_FAKE_CUDA=1)";
+  }
+  // Loaded before zipccl loads it (the same file: the same copy), to refuse from the first regMr on.
+  auto* refuse = reinterpret_cast<int (*)(int)>(
+      dlsym(dlopen(std::getenv("ZIPCCL_NET_INNER"), RTLD_NOW), "fake_inner_refuse_staging"));
+  ASSERT_NE(refuse, nullptr);
+  const int refused0 = refuse(1);
+  DevicePair d;
+  ASSERT_NO_FATAL_FAILURE(open_device_pair(256 << 10, 17, &d));
+  EXPECT_GT(refuse(1), refused0) << "the stand-in was never asked to register the staging";
+  EXPECT_TRUE(log_contains("did not register the GPU path's device staging"));
+  auto& api = d.api;
+  const int posted_cuda0 = __atomic_load_n(&d.st->posted_cuda, __ATOMIC_RELAXED);
+  for (int m = 0; m < 8; ++m) {
+    std::fill(d.dst.begin(), d.dst.end(), 0);
+    ASSERT_NO_FATAL_FAILURE(
+        exchange(api.get(), d.sc, d.src.data(), d.smh, d.rc, d.dst.data(), d.rmh, d.src.size(), 3, 10.0))
+        << "message " << m;
+    ASSERT_TRUE(d.src == d.dst) << "message " << m;
+  }
+  refuse(0);
+  EXPECT_EQ(d.st->errors, 0);
+  // Nothing was posted from or into device memory: no staging of it is registered.
+  EXPECT_EQ(__atomic_load_n(&d.st->posted_cuda, __ATOMIC_RELAXED), posted_cuda0);
+  EXPECT_EQ(api->net().dereg_mr(d.sc, d.smh), ncclSuccess);
+  EXPECT_EQ(api->net().dereg_mr(d.rc, d.rmh), ncclSuccess);
+  EXPECT_EQ(api->close_send(d.sc), ncclSuccess);
+  EXPECT_EQ(api->close_recv(d.rc), ncclSuccess);
+  EXPECT_EQ(api->close_listen(d.lc), ncclSuccess);
+  unsigned long long messages = 0, frames = 0;
+  ASSERT_TRUE(send_gpu_counts(&messages, &frames));
+  EXPECT_EQ(messages, 8u);
   EXPECT_EQ(api->finalize(), ncclSuccess);
   declare_device(nullptr, 0);
 }
@@ -792,22 +842,7 @@ TEST(InnerRegistration, RegisterAndDeregisterWhileTrafficFlows) {
   for (; messages < 100 || rounds.load() < 20; ++messages) {
     if (failures.load() || std::chrono::duration<double>(Clock::now() - t0).count() > 20.0) break;
     std::fill(dst, dst + n, 0);
-    void *rreq = nullptr, *sreq = nullptr;
-    while (!rreq) {
-      ASSERT_EQ(api->irecv(rc, dst, n, 1, rmh, &rreq), ncclSuccess);
-    }
-    while (!sreq) {
-      ASSERT_EQ(api->isend(sc, src, n, 1, smh, &sreq), ncclSuccess);
-    }
-    for (int rdone = 0, sdone = 0, got = 0, sent = 0; !rdone || !sdone;) {
-      if (!sdone) {
-        ASSERT_EQ(api->test(sreq, &sdone, &sent), ncclSuccess);
-      }
-      if (!rdone) {
-        ASSERT_EQ(api->test(rreq, &rdone, &got), ncclSuccess);
-      }
-      ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 30.0) << "message " << messages;
-    }
+    ASSERT_NO_FATAL_FAILURE(exchange(api.get(), sc, src, smh, rc, dst, rmh, n, 1, 30.0)) << "message " << messages;
     ASSERT_TRUE(std::equal(want.begin(), want.end(), dst)) << "message " << messages;
   }
   stop.store(true);

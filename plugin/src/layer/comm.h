@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -55,16 +56,29 @@ struct RequestHeader {
 // land in it without the transport's own copy; with `device` (a sender over a transport that posts
 // device memory, BufferRegistry::posts_device) the device staging too, as device memory, so codec
 // frames go from where they were encoded. Each arena is pinned once, by the regMr that made it and
-// before the Channel publishes it to the data path, and unpinned at close; while the transport still has requests in flight nothing is unpinned and the
-// staging must outlive the connection (close() says so).
+// before the Channel publishes it to the data path, and unpinned at close; while the transport still
+// has requests in flight nothing is unpinned and the staging must outlive the connection (close()
+// says so).
+// A staging the transport refuses is not an error: the staging comes from CUDA memory pools, which
+// GPUDirect RDMA (nvidia-peermem or a dma-buf export) does not document as supported, while NCCL's own
+// buffers register fine. Refused host staging goes through the transport's own registered buffers (a
+// host copy); refused device staging turns device frames off for the comm (frames go through the
+// pinned host staging, as over sockets). The regMr itself succeeds either way.
 class StagingPins {
  public:
   ncclResult_t pin_new(BufferRegistry* reg, const gpu::Channel& ch, bool device) {
     if (!reg || !reg->pins_staging()) return ncclSuccess;
-    ZIPCCL_CHECK(pin_arenas(reg, ch, gpu::Channel::Buf::kHost));
-    if (device && reg->posts_device()) {
-      ZIPCCL_CHECK(pin_arenas(reg, ch, gpu::Channel::Buf::kDevice));
-      device_frames_.store(true, std::memory_order_release);
+    if (!pin_arenas(reg, ch, gpu::Channel::Buf::kHost)) {
+      refused("host", "device messages go through the transport's own registered buffers (a host copy)");
+    }
+    if (device && reg->posts_device() && !device_refused_) {
+      if (pin_arenas(reg, ch, gpu::Channel::Buf::kDevice)) {
+        device_frames_.store(true, std::memory_order_release);
+      } else {
+        device_refused_ = true;
+        device_frames_.store(false, std::memory_order_release);
+        refused("device", "codec frames go through the pinned host staging instead (one more copy)");
+      }
     }
     return ncclSuccess;
   }
@@ -90,20 +104,36 @@ class StagingPins {
   }
 
  private:
-  ncclResult_t pin_arenas(BufferRegistry* reg, const gpu::Channel& ch, gpu::Channel::Buf which) {
-    ncclResult_t res = ncclSuccess;
+  // Pins each arena of kind `which` not pinned yet; false when the transport refused one. The
+  // registrations run outside the Channel's lock (for_each_arena holds it): pinning can take long.
+  bool pin_arenas(BufferRegistry* reg, const gpu::Channel& ch, gpu::Channel::Buf which) {
+    std::vector<std::pair<void*, size_t>> todo;
     ch.for_each_arena(which, [&](void* base, size_t bytes) {
-      if (res != ncclSuccess || std::find(pinned_.begin(), pinned_.end(), base) != pinned_.end()) return;
-      MemDesc m;
-      m.data = base;
-      m.size = bytes;
-      m.device = which != gpu::Channel::Buf::kHost;
-      res = reg->pin(m);
-      if (res == ncclSuccess) pinned_.push_back(base);
+      if (std::find(pinned_.begin(), pinned_.end(), base) == pinned_.end()) todo.emplace_back(base, bytes);
     });
-    return res;
+    bool all = true;
+    for (const auto& a : todo) {
+      MemDesc m;
+      m.data = a.first;
+      m.size = a.second;
+      m.device = which != gpu::Channel::Buf::kHost;
+      if (reg->pin(m) == ncclSuccess) {
+        pinned_.push_back(a.first);
+      } else {
+        all = false;
+      }
+    }
+    return all;
+  }
+  // A WARN the first time in the process (after the transport's own report of the failure), then INFO.
+  static void refused(const char* kind, const char* what) {
+    static std::atomic<bool> said{false};
+    ZIPCCL_LOG(said.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, NCCL_NET,
+               "GPU path: the transport did not register the GPU path's %s staging (see above; handled): %s",
+               kind, what);
   }
   std::vector<void*> pinned_;
+  bool device_refused_ = false;              // regMr only (NCCL's service thread)
   std::atomic<bool> device_frames_{false};  // set by regMr (NCCL's service thread), read by the data path
 };
 
