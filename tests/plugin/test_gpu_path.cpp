@@ -7,6 +7,8 @@
 // as test_gpu_path_cuda with ZIPCCL_GPU=auto: the pipeline tests then use the CUDA device operations
 // on a GPU (label gpu; they skip without one).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -740,6 +742,41 @@ TEST_F(GpuPathPipeline, CloseLeavesNoDeviceWorkOnItsBuffers) {
   after_close = gpu::emulated_data_ops_done();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(gpu::emulated_data_ops_done(), after_close) << "device work on the buffers of closed comms ran after close";
+}
+
+// Whether memory exports as a dma-buf, which an inner plugin without nvidia-peermem needs to register
+// it: a buffer from the device operations' allocator (as NCCL's own) and the GPU path's device staging
+// (CUDA pool memory, which CUDA does not document as exportable). Either answer is handled
+// (docs/notes/inner.md); the export's contract is checked and the answer printed, on a GPU the fact
+// that decides whether codec frames can leave from device memory.
+TEST_F(GpuPathPipeline, DmaBufExportOfBuffersAndStaging) {
+  gpu::DeviceOps* ops = gpu::device_ops();
+  DeviceMem mem;
+  std::vector<uint8_t> b(1 << 20, 1);
+  void* d = mem.upload(b.data(), b.size());
+  ASSERT_NE(d, nullptr);
+  std::unique_ptr<gpu::Channel> ch;
+  ASSERT_EQ(gpu::Channel::reserve_for(&ch, 8, d, b.size(), 1, true), ncclSuccess);
+  std::pair<void*, size_t> staging{nullptr, 0};
+  ch->for_each_arena(gpu::Channel::Buf::kDevice, [&](void* p, size_t n) { staging = {p, n}; });
+  ASSERT_NE(staging.first, nullptr);
+  const long page = sysconf(_SC_PAGESIZE);
+  for (auto what : {std::make_pair("a device buffer", std::make_pair(d, b.size())),
+                    std::make_pair("the device staging", staging)}) {
+    int fd = -2;
+    uint64_t offset = ~uint64_t{0};
+    const ncclResult_t r = ops->dmabuf_fd(what.second.first, what.second.second, &fd, &offset);
+    if (r == ncclSuccess) {
+      struct stat st;
+      EXPECT_EQ(fstat(fd, &st), 0) << what.first << ": not an open file";
+      EXPECT_LT(offset, static_cast<uint64_t>(page)) << what.first;
+      close(fd);
+    } else {
+      EXPECT_EQ(fd, -1) << what.first << ": a refused export leaves no fd";
+    }
+    std::printf("[ dma-buf  ] %s (%s, %zu bytes): %s\n", what.first, ops->name(), what.second.second,
+                r == ncclSuccess ? "exported" : "refused");
+  }
 }
 
 // Defect 4's sizing: a user buffer registers its whole memory segment, and NCCL posts up to 1 GiB at
