@@ -744,6 +744,15 @@ TEST_F(GpuPathPipeline, CloseLeavesNoDeviceWorkOnItsBuffers) {
   EXPECT_EQ(gpu::emulated_data_ops_done(), after_close) << "device work on the buffers of closed comms ran after close";
 }
 
+// device_ops() offers the CUDA path only once this passes on the current device: here on the emulation,
+// in the device step's gpu.cuda.* run on the GPU.
+TEST_F(GpuPathPipeline, SelfTestPassesOnAWorkingDevice) {
+  gpu::DeviceOps* ops = gpu::device_ops();
+  std::string why;
+  EXPECT_EQ(gpu::self_test(ops, ops->current_device(), &why), ncclSuccess) << why;
+  EXPECT_EQ(why, "");
+}
+
 // Whether memory exports as a dma-buf, which an inner plugin without nvidia-peermem needs to register
 // it: a buffer from the device operations' allocator (as NCCL's own) and the GPU path's device staging
 // (CUDA pool memory, which CUDA does not document as exportable). Either answer is handled
@@ -860,6 +869,25 @@ TEST(GpuPathDeviceFaults, StickyFaultIsAnErrorNotAHang) {
 }
 
 // A launch that fails (not sticky) fails its isend or receive at once.
+// A device that fails the self-test is not offered to NCCL (which would then register device buffers
+// that the path cannot move): each failure is an error with its reason, never a hang.
+TEST(GpuPathDeviceFaults, SelfTestNamesWhatFailed) {
+  if (!gpu::emulation_settings().enabled || gpu::emulation_settings().fail_every != 0) {
+    GTEST_SKIP() << "needs ZIPCCL_GPU_EMULATE=1 without ZIPCCL_GPU_EMULATE_FAIL_EVERY";
+  }
+  gpu::DeviceOps* ops = gpu::device_ops();
+  std::string why;
+  gpu::emulated_fault(0, false);  // the next launch fails
+  EXPECT_NE(gpu::self_test(ops, 0, &why), ncclSuccess);
+  EXPECT_NE(why.find("encode"), std::string::npos) << why;
+  gpu::emulated_fault(~uint64_t{0}, true);
+  EXPECT_EQ(gpu::self_test(ops, 0, &why), ncclSuccess) << why;
+  gpu::emulated_fault(0, true);  // the device faults at the self-test's first stream operation (sticky)
+  EXPECT_NE(gpu::self_test(ops, 0, &why), ncclSuccess);
+  EXPECT_NE(why, "");
+  gpu::emulated_fault(~uint64_t{0}, true);
+}
+
 TEST(GpuPathDeviceFaults, FailedLaunchIsAnError) {
   if (!gpu::emulation_settings().enabled || gpu::emulation_settings().fail_every != 0) {
     GTEST_SKIP() << "needs ZIPCCL_GPU_EMULATE=1 without ZIPCCL_GPU_EMULATE_FAIL_EVERY";

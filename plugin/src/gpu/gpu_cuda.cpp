@@ -158,6 +158,14 @@ class CudaOps final : public DeviceOps {
     ZIPCCL_CUDA_CHECK(cudaSetDevice(dev));
     return ncclSuccess;
   }
+  int current_device() override {
+    int dev = -1;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return dev;
+  }
   ncclResult_t prepare(int dev) override {
     ZIPCCL_CUDA_CHECK(cudaSetDevice(dev));
     cudaError_t e = cudaSuccess;

@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/log.h"
 #include "common/settings.h"
@@ -61,6 +63,18 @@ DeviceOps* device_ops() {
     } else {
       ops = cuda_ops();
       if (!ops && mode == GpuMode::kOn) ZIPCCL_WARN("ZIPCCL_GPU=on, but no usable CUDA device: host buffers only");
+      // Offered to NCCL only once it works here: NCCL then registers device buffers with us, and a path
+      // that fails at the first regMr would fail a job NCCL alone runs.
+      const int dev = ops ? ops->current_device() : -1;
+      std::string failed = dev < 0 ? "no current CUDA device" : "";
+      if (ops && (dev < 0 || self_test(ops, dev, &failed) != ncclSuccess)) {
+        ZIPCCL_LOG(mode == GpuMode::kOn ? NCCL_LOG_WARN : NCCL_LOG_INFO, NCCL_INIT | NCCL_NET,
+                   "GPU path off: its self-test on GPU %d failed (%s); NCCL stages device data in host memory "
+                   "for us",
+                   dev, failed.c_str());
+        ops = nullptr;
+        return;
+      }
     }
     if (ops) {
       ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: %s, %d streams per GPU shared by every connection", ops->name(),
@@ -139,6 +153,111 @@ ncclResult_t shared_streams(DeviceOps* ops, int dev, SharedStreams* out) {
   sweep(ops, d);
   *out = d->streams;
   return ncclSuccess;
+}
+
+namespace {
+// Polls `event` until the work before it finished: false with *why on a device error or after 10 s.
+bool finished(DeviceOps* ops, void* event, const char* what, std::string* why) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    bool done = false;
+    if (ops->query(event, &done) != ncclSuccess) {
+      *why = std::string(what) + ": the device reported an error";
+      return false;
+    }
+    if (done) return true;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
+      *why = std::string(what) + " did not finish within 10 s";
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+// 64 KiB of bf16 shaped like training data: random sign and mantissa, exponents around 2^-6.
+std::vector<uint8_t> self_test_input() {
+  std::vector<uint8_t> v(64 << 10);
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i + 1 < v.size(); i += 2) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const unsigned exponent = 121 + static_cast<unsigned>(__builtin_popcountll(x & 0xff)) % 6;
+    const uint16_t h = static_cast<uint16_t>(((x >> 8) & 0x8000) | (exponent << 7) | ((x >> 24) & 0x7f));
+    std::memcpy(&v[i], &h, 2);
+  }
+  return v;
+}
+}  // namespace
+
+ncclResult_t self_test(DeviceOps* ops, int dev, std::string* why) {
+  why->clear();
+  SharedStreams streams;
+  if (shared_streams(ops, dev, &streams) != ncclSuccess) {
+    *why = "loading the kernels or creating the streams failed (see above)";
+    return ncclUnhandledCudaError;
+  }
+  const std::vector<uint8_t> in = self_test_input();
+  const size_t n = in.size(), cap = codec::max_encoded_size(n);
+  std::vector<uint8_t> want(cap);
+  size_t want_size = 0;
+  codec::EncodeOptions opt;
+  opt.type = codec::ElemType::kBf16;
+  if (codec::encode(in.data(), n, want.data(), cap, &want_size, opt) != codec::Status::kOk) {
+    *why = "the CPU codec failed";
+    return ncclInternalError;
+  }
+  void* s = streams.codec;
+  // Host memory from the pinned pool: the staging the path uses, written and read here.
+  void *host_in = nullptr, *host_frame = nullptr, *host_out = nullptr, *results = nullptr;
+  void *dev_in = nullptr, *dev_frame = nullptr, *dev_out = nullptr, *event = nullptr;
+  ncclResult_t r = ops->create_event(s, &event);
+  for (auto a : {std::make_pair(&host_in, n), std::make_pair(&host_frame, cap), std::make_pair(&host_out, n),
+                 std::make_pair(&results, 2 * sizeof(Result))}) {
+    if (r == ncclSuccess) r = ops->alloc_host_async(s, a.second, a.first);
+  }
+  for (auto a : {std::make_pair(&dev_in, n), std::make_pair(&dev_frame, cap), std::make_pair(&dev_out, n)}) {
+    if (r == ncclSuccess) r = ops->alloc_device_async(s, a.second, a.first);
+  }
+  if (r == ncclSuccess) r = ops->reserve_workspace(s, n);
+  if (r != ncclSuccess) *why = "allocating its buffers failed (see above)";
+  Result* res = static_cast<Result*>(results);
+  // Each stage waits for the one before: the host touches pool memory only once the stream has it, and
+  // the decode needs the encoded size.
+  bool ok = r == ncclSuccess && ops->record(s, event) == ncclSuccess && finished(ops, event, "allocating", why);
+  if (ok) {
+    std::memcpy(host_in, in.data(), n);
+    result_clear(&res[0]);
+    result_clear(&res[1]);
+    ok = ops->copy(s, dev_in, host_in, n, Copy::kHostToDevice) == ncclSuccess &&
+         ops->encode(s, dev_in, n, dev_frame, cap, codec::ElemType::kBf16, 0, &res[0]) == ncclSuccess &&
+         ops->record(s, event) == ncclSuccess && finished(ops, event, "the encode", why);
+    if (!ok && why->empty()) *why = "launching the encode failed (see above)";
+  }
+  if (ok && (!result_ready(&res[0]) || res[0].status != static_cast<int32_t>(codec::Status::kOk))) {
+    *why = "the encode reported no result or an error";
+    ok = false;
+  }
+  if (ok) {
+    const size_t frame = static_cast<size_t>(res[0].size);
+    ok = frame <= cap && ops->copy(s, host_frame, dev_frame, frame, Copy::kDeviceToHost) == ncclSuccess &&
+         ops->decode(s, dev_frame, frame, dev_out, n, 0, &res[1]) == ncclSuccess &&
+         ops->copy(s, host_out, dev_out, n, Copy::kDeviceToHost) == ncclSuccess &&
+         ops->record(s, event) == ncclSuccess && finished(ops, event, "the decode", why);
+    if (!ok && why->empty()) *why = "launching the decode failed (see above)";
+    if (ok && (frame != want_size || std::memcmp(host_frame, want.data(), frame) != 0)) {
+      *why = "the frame differs from the CPU codec's (" + std::to_string(frame) + " vs " + std::to_string(want_size) +
+             " bytes)";
+      ok = false;
+    }
+  }
+  if (ok && (!result_ready(&res[1]) || res[1].status != static_cast<int32_t>(codec::Status::kOk) || res[1].size != n || std::memcmp(host_out, in.data(), n) != 0)) {
+    *why = "the decode did not give back the input";
+    ok = false;
+  }
+  for (void* p : {host_in, host_frame, host_out, results, dev_in, dev_frame, dev_out}) {
+    if (p) ops->free_async(s, p);  // stream-ordered: after any work still queued (a timed-out run)
+  }
+  if (event) ops->destroy_event(event);
+  return ok ? ncclSuccess : ncclUnhandledCudaError;
 }
 
 void Channel::drain() {

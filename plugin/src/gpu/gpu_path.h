@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "nccl/net_common.h"
@@ -52,6 +53,8 @@ class DeviceOps {
   virtual int device_of(const void* p) = 0;
   // Makes `dev` current on the calling thread.
   virtual ncclResult_t make_current(int dev) = 0;
+  // The calling thread's current device (-1: none can be found).
+  virtual int current_device() { return 0; }
 
   // ---- setup: may synchronise the device or load modules, so they run only once per device and
   // process (the shared streams' creation, shared_streams() below), or in tests ----
@@ -130,6 +133,13 @@ void set_device_ops_factory(DeviceOpsFactory factory, const char* what);
 const char* gpu_path_blocker();
 // The CUDA implementation, or nullptr (no toolkit in this build, no driver, no device). Logs why.
 DeviceOps* cuda_ops();
+// What device_ops() runs on the current device before it offers the CUDA path (NCCL then registers
+// device buffers with us, and a path that fails at the first regMr fails the job NCCL alone would have
+// run): the path's init on `dev` (kernels loaded and configured, the shared streams), then 64 KiB of
+// bf16 encoded and decoded on the device, stream-ordered, polled for at most 10 s. The frame must equal
+// the CPU codec's byte for byte, the decode the input. ncclSuccess, or an error with *why saying what
+// failed. Leaves the shared streams made (process-long anyway); frees what it allocated.
+ncclResult_t self_test(DeviceOps* ops, int dev, std::string* why);
 
 // ---- LL/LL128 (docs/notes/gpu.md) ----
 // NCCL (v9+ ABI, NCCL_NET_OPTIONAL_RECV_COMPLETION=1, its default) stores this value in *request before
