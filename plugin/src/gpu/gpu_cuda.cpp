@@ -390,7 +390,7 @@ DeviceOps* cuda_ops() {
     }
     ops = new CudaOps;  // process lifetime (nodelete library)
     ops->max_sms_ = settings().gpu_max_sms;
-    ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "GPU path: CUDA, %d device(s)", n);
+    ZIPCCL_INFO(NCCL_INIT | NCCL_NET, "CUDA for the GPU path: %d device(s)", n);  // "GPU path: " says on or off
   });
   return ops;
 }

@@ -69,7 +69,7 @@ DeviceOps* device_ops() {
       std::string failed = dev < 0 ? "no current CUDA device" : "";
       if (ops && (dev < 0 || self_test(ops, dev, &failed) != ncclSuccess)) {
         ZIPCCL_LOG(mode == GpuMode::kOn ? NCCL_LOG_WARN : NCCL_LOG_INFO, NCCL_INIT | NCCL_NET,
-                   "GPU path off: its self-test on GPU %d failed (%s); NCCL stages device data in host memory "
+                   "GPU path: off (its self-test on GPU %d failed: %s); NCCL stages device data in host memory "
                    "for us",
                    dev, failed.c_str());
         ops = nullptr;
