@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -253,8 +254,19 @@ ncclResult_t self_test(DeviceOps* ops, int dev, std::string* why) {
     *why = "the decode did not give back the input";
     ok = false;
   }
-  for (void* p : {host_in, host_frame, host_out, results, dev_in, dev_frame, dev_out}) {
-    if (p) ops->free_async(s, p);  // stream-ordered: after any work still queued (a timed-out run)
+  const std::initializer_list<void*> blocks = {host_in, host_frame, host_out, results, dev_in, dev_frame, dev_out};
+  if (ok) {
+    for (void* p : blocks) ops->free_async(s, p);
+    std::string ignored;  // the memory is back in the pools once the stream passed this point
+    if (ops->record(s, event) == ncclSuccess) finished(ops, event, "freeing", &ignored);
+  } else {
+    // A failed device may never run a stream-ordered free (a sticky fault stops its streams), and a
+    // timed-out run may still use the buffers: kept allocated, reachable, as a closed comm's are then.
+    std::lock_guard<std::mutex> lock(g_streams_mu);
+    DeviceStreams* d = device_streams(dev);
+    for (void* p : blocks) {
+      if (p && d) d->lost.push_back(p);
+    }
   }
   if (event) ops->destroy_event(event);
   return ok ? ncclSuccess : ncclUnhandledCudaError;
