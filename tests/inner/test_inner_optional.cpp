@@ -638,6 +638,15 @@ void open_device_pair(size_t n, uint64_t seed, DevicePair* d) {
   ASSERT_EQ(d->api->net().reg_mr(d->rc, d->dst.data(), n, NCCL_PTR_CUDA, &d->rmh), ncclSuccess);
 }
 
+// Deregisters the two buffers and closes the pair's comms (finalize is the test's).
+void close_device_pair(DevicePair* d) {
+  EXPECT_EQ(d->api->net().dereg_mr(d->sc, d->smh), ncclSuccess);
+  EXPECT_EQ(d->api->net().dereg_mr(d->rc, d->rmh), ncclSuccess);
+  EXPECT_EQ(d->api->close_send(d->sc), ncclSuccess);
+  EXPECT_EQ(d->api->close_recv(d->rc), ncclSuccess);
+  EXPECT_EQ(d->api->close_listen(d->lc), ncclSuccess);
+}
+
 // A receive comm closed with a device receive still posted (a failed job): its inner comm and
 // registrations stay open, and so does the GPU path's pinned staging that the receive's payload lands in
 // (registered with the inner). A message sent afterwards lands there: under ASan (tools/test.sh) a freed
@@ -646,34 +655,30 @@ TEST(InnerStaging, ClosedWithADeviceReceivePostedKeepsItsStaging) {
   if (registered_type() != NCCL_PTR_CUDA) GTEST_SKIP() << "device buffers only (test_inner_optional_emu)";
   DevicePair d;
   ASSERT_NO_FATAL_FAILURE(open_device_pair(64 << 10, 11, &d));
-  auto& api = d.api;
-  FakeState* st = d.st;
-  void *sc = d.sc, *rc = d.rc, *lc = d.lc, *smh = d.smh, *rmh = d.rmh;
-  auto& net = api->net();
+  auto& net = d.api->net();
   const size_t n = d.src.size();
-  std::vector<uint8_t>& src = d.src, &dst = d.dst;
   void* rreq = nullptr;
-  ASSERT_EQ(api->irecv(rc, dst.data(), n, 5, rmh, &rreq), ncclSuccess);
+  ASSERT_EQ(d.api->irecv(d.rc, d.dst.data(), n, 5, d.rmh, &rreq), ncclSuccess);
   ASSERT_NE(rreq, nullptr);
-  EXPECT_EQ(net.dereg_mr(rc, rmh), ncclSuccess);
-  EXPECT_EQ(api->close_recv(rc), ncclSuccess);
+  EXPECT_EQ(net.dereg_mr(d.rc, d.rmh), ncclSuccess);
+  EXPECT_EQ(d.api->close_recv(d.rc), ncclSuccess);
   EXPECT_TRUE(log_contains("closing a receive connection with"));
   void* sreq = nullptr;
   auto t0 = Clock::now();
   for (int done = 0, size = 0; !done;) {
     if (!sreq) {
-      ASSERT_EQ(api->isend(sc, src.data(), n, 5, smh, &sreq), ncclSuccess);
+      ASSERT_EQ(d.api->isend(d.sc, d.src.data(), n, 5, d.smh, &sreq), ncclSuccess);
     } else {
-      ASSERT_EQ(api->test(sreq, &done, &size), ncclSuccess);
+      ASSERT_EQ(d.api->test(sreq, &done, &size), ncclSuccess);
     }
     ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0) << "the send never completed";
   }
-  EXPECT_EQ(st->errors, 0);
-  EXPECT_EQ(net.dereg_mr(sc, smh), ncclSuccess);
-  EXPECT_EQ(api->close_send(sc), ncclSuccess);
-  EXPECT_EQ(api->close_listen(lc), ncclSuccess);
-  EXPECT_GT(st->live_regs, 0);  // what the receive connection left open
-  EXPECT_EQ(api->finalize(), ncclSuccess);
+  EXPECT_EQ(d.st->errors, 0);
+  EXPECT_EQ(net.dereg_mr(d.sc, d.smh), ncclSuccess);
+  EXPECT_EQ(d.api->close_send(d.sc), ncclSuccess);
+  EXPECT_EQ(d.api->close_listen(d.lc), ncclSuccess);
+  EXPECT_GT(d.st->live_regs, 0);  // what the receive connection left open
+  EXPECT_EQ(d.api->finalize(), ncclSuccess);
   declare_device(nullptr, 0);
 }
 
@@ -688,12 +693,8 @@ TEST(InnerStaging, GrownStagingIsRegisteredBeforeUse) {
   }
   DevicePair d;
   ASSERT_NO_FATAL_FAILURE(open_device_pair(64 << 10, 13, &d));
-  auto& api = d.api;
-  FakeState* st = d.st;
-  void *sc = d.sc, *rc = d.rc, *lc = d.lc, *smh = d.smh, *rmh = d.rmh;
-  auto& net = api->net();
+  auto& net = d.api->net();
   const size_t n = d.src.size();
-  std::vector<uint8_t>& src = d.src, &dst = d.dst;
   auto* set_delay = reinterpret_cast<void (*)(int)>(
       dlsym(dlopen(std::getenv("ZIPCCL_NET_INNER"), RTLD_NOW | RTLD_NOLOAD), "fake_inner_set_reg_delay_us"));
   ASSERT_NE(set_delay, nullptr);
@@ -707,8 +708,8 @@ TEST(InnerStaging, GrownStagingIsRegisteredBeforeUse) {
   std::atomic<int> failures{0};
   std::thread service([&] {
     for (size_t i = 0; i < user.size(); ++i) {
-      if (net.reg_mr(sc, user[i].data(), user[i].size(), NCCL_PTR_CUDA, &umh[2 * i]) != ncclSuccess ||
-          net.reg_mr(rc, user[i].data(), user[i].size(), NCCL_PTR_CUDA, &umh[2 * i + 1]) != ncclSuccess) {
+      if (net.reg_mr(d.sc, user[i].data(), user[i].size(), NCCL_PTR_CUDA, &umh[2 * i]) != ncclSuccess ||
+          net.reg_mr(d.rc, user[i].data(), user[i].size(), NCCL_PTR_CUDA, &umh[2 * i + 1]) != ncclSuccess) {
         failures.fetch_add(1);
         break;
       }
@@ -717,30 +718,27 @@ TEST(InnerStaging, GrownStagingIsRegisteredBeforeUse) {
   });
   int messages = 0;
   for (; !done.load() || messages < 20; ++messages) {
-    std::fill(dst.begin(), dst.end(), 0);
-    ASSERT_NO_FATAL_FAILURE(exchange(api.get(), sc, src.data(), smh, rc, dst.data(), rmh, n, 2, 30.0))
+    std::fill(d.dst.begin(), d.dst.end(), 0);
+    ASSERT_NO_FATAL_FAILURE(
+        exchange(d.api.get(), d.sc, d.src.data(), d.smh, d.rc, d.dst.data(), d.rmh, n, 2, 30.0))
         << "message " << messages;
-    ASSERT_TRUE(src == dst) << "message " << messages;
+    ASSERT_TRUE(d.src == d.dst) << "message " << messages;
   }
   service.join();
   set_delay(0);
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_EQ(st->errors, 0);
+  EXPECT_EQ(d.st->errors, 0);
   for (size_t i = 0; i < user.size(); ++i) {
-    EXPECT_EQ(net.dereg_mr(sc, umh[2 * i]), ncclSuccess);
-    EXPECT_EQ(net.dereg_mr(rc, umh[2 * i + 1]), ncclSuccess);
+    EXPECT_EQ(net.dereg_mr(d.sc, umh[2 * i]), ncclSuccess);
+    EXPECT_EQ(net.dereg_mr(d.rc, umh[2 * i + 1]), ncclSuccess);
   }
-  EXPECT_EQ(net.dereg_mr(sc, smh), ncclSuccess);
-  EXPECT_EQ(net.dereg_mr(rc, rmh), ncclSuccess);
-  EXPECT_EQ(api->close_send(sc), ncclSuccess);
-  EXPECT_EQ(api->close_recv(rc), ncclSuccess);
-  EXPECT_EQ(api->close_listen(lc), ncclSuccess);
+  close_device_pair(&d);
   unsigned long long in_place = 0, bounced = 0;
   ASSERT_TRUE(close_counts("send", &in_place, &bounced));
   EXPECT_EQ(bounced, 0u) << "sends from staging not registered with the inner (" << messages << " messages)";
   ASSERT_TRUE(close_counts("receive", &in_place, &bounced));
   EXPECT_EQ(bounced, 0u) << "receives into staging not registered with the inner (" << messages << " messages)";
-  EXPECT_EQ(api->finalize(), ncclSuccess);
+  EXPECT_EQ(d.api->finalize(), ncclSuccess);
   declare_device(nullptr, 0);
 }
 
@@ -774,11 +772,7 @@ TEST(InnerStaging, RefusedDeviceStagingIsNotAnError) {
   EXPECT_EQ(d.st->errors, 0);
   // Nothing was posted from or into device memory: no staging of it is registered.
   EXPECT_EQ(__atomic_load_n(&d.st->posted_cuda, __ATOMIC_RELAXED), posted_cuda0);
-  EXPECT_EQ(api->net().dereg_mr(d.sc, d.smh), ncclSuccess);
-  EXPECT_EQ(api->net().dereg_mr(d.rc, d.rmh), ncclSuccess);
-  EXPECT_EQ(api->close_send(d.sc), ncclSuccess);
-  EXPECT_EQ(api->close_recv(d.rc), ncclSuccess);
-  EXPECT_EQ(api->close_listen(d.lc), ncclSuccess);
+  close_device_pair(&d);
   unsigned long long messages = 0, frames = 0;
   ASSERT_TRUE(send_gpu_counts(&messages, &frames));
   EXPECT_EQ(messages, 8u);

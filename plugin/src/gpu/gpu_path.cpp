@@ -157,22 +157,39 @@ ncclResult_t shared_streams(DeviceOps* ops, int dev, SharedStreams* out) {
 }
 
 namespace {
-// Polls `event` until the work before it finished: false with *why on a device error or after 10 s.
-bool finished(DeviceOps* ops, void* event, const char* what, std::string* why) {
-  const auto t0 = std::chrono::steady_clock::now();
+enum class Waited { kDone, kFailed, kTimedOut };
+// Polls `events` until every one has passed, one reports an error (CUDA's errors from kernels are
+// sticky), or `limit` has passed; naps from 10 us, doubling up to 1 ms. Never a device-wide sync.
+Waited wait_for(DeviceOps* ops, std::initializer_list<void*> events, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::chrono::microseconds nap(10);
   for (;;) {
-    bool done = false;
-    if (ops->query(event, &done) != ncclSuccess) {
+    bool all = true;
+    for (void* e : events) {
+      bool done = false;
+      if (ops->query(e, &done) != ncclSuccess) return Waited::kFailed;
+      all = all && done;
+    }
+    if (all) return Waited::kDone;
+    if (std::chrono::steady_clock::now() > deadline) return Waited::kTimedOut;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
+// The self-test's wait for the work before `event`: false with *why on a device error or after 10 s.
+bool finished(DeviceOps* ops, void* event, const char* what, std::string* why) {
+  switch (wait_for(ops, {event}, std::chrono::seconds(10))) {
+    case Waited::kDone:
+      return true;
+    case Waited::kFailed:
       *why = std::string(what) + ": the device reported an error";
       return false;
-    }
-    if (done) return true;
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
-      *why = std::string(what) + " did not finish within 10 s";
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    case Waited::kTimedOut:
+      break;
   }
+  *why = std::string(what) + " did not finish within 10 s";
+  return false;
 }
 
 // 64 KiB of bf16 shaped like training data: random sign and mantissa, exponents around 2^-6.
@@ -250,7 +267,8 @@ ncclResult_t self_test(DeviceOps* ops, int dev, std::string* why) {
       ok = false;
     }
   }
-  if (ok && (!result_ready(&res[1]) || res[1].status != static_cast<int32_t>(codec::Status::kOk) || res[1].size != n || std::memcmp(host_out, in.data(), n) != 0)) {
+  if (ok && (!result_ready(&res[1]) || res[1].status != static_cast<int32_t>(codec::Status::kOk) ||
+             res[1].size != n || std::memcmp(host_out, in.data(), n) != 0)) {
     *why = "the decode did not give back the input";
     ok = false;
   }
@@ -284,22 +302,12 @@ void Channel::drain() {
       ops_->record(copy_stream_, drain_events_[1]) != ncclSuccess) {
     return;  // the device failed (CUDA's errors from kernels are sticky): it runs nothing any more
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainLimitMs);
-  std::chrono::microseconds nap(10);
-  for (;;) {
-    bool a = false, b = false;
-    if (ops_->query(drain_events_[0], &a) != ncclSuccess || ops_->query(drain_events_[1], &b) != ncclSuccess) {
-      return;  // as above
-    }
-    if (a && b) return;
-    if (std::chrono::steady_clock::now() > deadline) {
-      ZIPCCL_WARN("GPU path: a closing connection's device work is still running after %d ms; it may still "
-                  "read or write buffers that are about to be freed",
-                  kDrainLimitMs);
-      return;
-    }
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  // A failed wait is a failed device, as above: nothing to wait for.
+  if (wait_for(ops_, {drain_events_[0], drain_events_[1]}, std::chrono::milliseconds(kDrainLimitMs)) ==
+      Waited::kTimedOut) {
+    ZIPCCL_WARN("GPU path: a closing connection's device work is still running after %d ms; it may still "
+                "read or write buffers that are about to be freed",
+                kDrainLimitMs);
   }
 }
 

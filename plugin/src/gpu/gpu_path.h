@@ -232,8 +232,8 @@ class Channel {
   // binds to the device (streams; later registrations must be on it), loads the kernels, sizes the
   // codec workspaces and the arenas, and creates the results of `segments` per message and, for a
   // sender (seg_events), their copy-stream events. Arenas it adds are not used until publish(): the
-  // caller first registers them with its transport (an inner plugin or the RDMA transport posts from
-  // and into them only once they are registered), outside this Channel's lock.
+  // caller first registers them with a transport that posts from and into registered memory only
+  // (StagingPins, for the inner transport), outside this Channel's lock.
   ncclResult_t reserve(int dev, size_t bytes, size_t segments, bool seg_events);
   // Arenas added by reserve() are used from now on (older ones drain). Until then buffer() takes
   // regions of the newest published arena of each kind.
