@@ -134,6 +134,20 @@ __attribute__((visibility("default"))) int fake_inner_refuse_staging(int on) {
   __atomic_store_n(&g_refuse_staging, on, __ATOMIC_RELAXED);
   return __atomic_load_n(&g_refused_staging, __ATOMIC_RELAXED);
 }
+/* The next n registrations of host memory fail, as a NIC's may when pinning more memory fails
+ * (RLIMIT_MEMLOCK, an exhausted registration cache). Returns how many host registrations were refused so
+ * far. */
+static int g_refuse_host, g_refused_host;
+__attribute__((visibility("default"))) int fake_inner_refuse_host(int n) {
+  __atomic_store_n(&g_refuse_host, n, __ATOMIC_RELAXED);
+  return __atomic_load_n(&g_refused_host, __ATOMIC_RELAXED);
+}
+static int take_host_refusal(void) {
+  int n = __atomic_load_n(&g_refuse_host, __ATOMIC_RELAXED);
+  while (n > 0 && !__atomic_compare_exchange_n(&g_refuse_host, &n, n - 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  return n > 0;
+}
 /* Whether [p, p + n) touches declared device memory (an empty range: whether p lies in it); with
  * staging_only, memory the GPU emulation announced. */
 static int touches(const void* p, size_t n, int staging_only) {
@@ -376,6 +390,14 @@ static ncclResult_t add_reg(void* d, size_t s, int t, int dmabuf, void** m) {
   if (t != want) {
     FAKE_WARN("fake-inner: regMr of %zu bytes at %p (%s memory) as %s", s, d, type_name(want), type_name(t));
     return ncclInternalError;
+  }
+  if (t == NCCL_PTR_HOST && take_host_refusal()) {
+    __atomic_add_fetch(&g_refused_host, 1, __ATOMIC_RELAXED);
+    if (g_log) {
+      g_log(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__,
+            "fake-inner: regMr of %zu bytes of host memory at %p failed (memory lock limit)", s, d);
+    }
+    return ncclSystemError;
   }
   if (t == NCCL_PTR_CUDA && __atomic_load_n(&g_refuse_staging, __ATOMIC_RELAXED) && is_staging(d, s)) {
     __atomic_add_fetch(&g_refused_staging, 1, __ATOMIC_RELAXED);

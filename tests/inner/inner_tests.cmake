@@ -202,6 +202,12 @@ foreach(_mode always never)
     --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_MAX_REQUESTS=128 --setenv=ZIPCCL_COMPRESS=${_mode} --setenv=ZIPCCL_MIN_BYTES=0
     ${ZIPCCL_GPU_SETENV} ${_tell_fake})
 endforeach()
+# Host messages compressed: the codec's send staging is registered with the inner (frames in place), and
+# a refused registration of it is not an error.
+gtest_discover_tests(test_inner_optional TEST_PREFIX "inner.fake.with.always." DISCOVERY_TIMEOUT 60
+  TEST_FILTER "InnerStaging.*" PROPERTIES LABELS cpu
+  EXTRA_ARGS --setenv=ZIPCCL_NET_INNER=${CMAKE_CURRENT_BINARY_DIR}/inner/libnccl-net-fake-inner-1.so
+  --setenv=ZIPCCL_TEST_FAKE_EXTRAS=1 --setenv=ZIPCCL_COMPRESS=always --setenv=ZIPCCL_MIN_BYTES=0)
 # An inner that takes NCCL_PTR_CUDA (ZIPCCL_TEST_FAKE_CUDA=1: the stand-in also advertises it and checks
 # each registration's type and each transfer's buffer against the memory the test declared "device"
 # memory): NCCL's device registrations are forwarded as NCCL_PTR_CUDA and released, the inner carries

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -290,6 +291,7 @@ struct Msg {
   int tag;
   std::vector<uint8_t> src;
   size_t capacity;
+  bool shrinks;  // with ZIPCCL_COMPRESS=always it travels as a codec frame (Gaussian bf16, 24 KiB or more)
 };
 
 constexpr size_t kCanary = 64;  // bytes after each posted buffer that nothing may touch
@@ -317,6 +319,7 @@ std::vector<std::vector<Msg>> make_rounds() {
       auto kind = (k + r) % 3 == 2 ? DataKind::kRandom : DataKind::kBf16Gauss;
       m.src = make_data(kind, size, r * 100 + k);
       m.capacity = size + ((k % 2) ? 0 : 4096 * (k + 1));  // odd slots: exactly the posted size
+      m.shrinks = kind == DataKind::kBf16Gauss && size >= 24576;
       round.push_back(std::move(m));
     }
     rounds.push_back(std::move(round));
@@ -564,14 +567,20 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     }
     EXPECT_EQ(static_cast<unsigned long long>(st->posted_cuda), frames + st->recv_cuda);
   }
-  if (extras() && registered_type() == NCCL_PTR_CUDA) {
-    // Device messages go from and land in the GPU path's pinned staging, which zipccl registers with the
-    // inner: none takes a bounce buffer. Host messages here are in the unregistered pool (or, compressed,
-    // in the compressing layer's staging): each takes one.
+  const char* mode = std::getenv("ZIPCCL_COMPRESS");
+  const bool always = mode && std::string(mode) == "always", never = mode && std::string(mode) == "never";
+  if (extras() && (always || never)) {
+    // Payloads in memory registered with the inner go in place: NCCL's registered buffers (pool 0; device
+    // messages from and into the GPU path's pinned staging, which zipccl registers with the inner) and
+    // codec frames of host messages (the compressing layer's send staging, registered too). Only raw
+    // payloads in the unregistered pool take a bounce buffer.
     const auto rounds = make_rounds();
     const auto order = send_order(rounds);
     unsigned long long want[2][2] = {};  // [send, receive][in place, bounced]
-    for (size_t i = 0; i < order.size(); ++i) want[0][i % 2] += !order[i]->src.empty();
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (order[i]->src.empty()) continue;
+      want[0][i % 2 == 1 && !(always && order[i]->shrinks)] += 1;
+    }
     for (size_t r = 0; r < rounds.size(); ++r) {
       for (const Msg& m : rounds[r]) want[1][r % 2] += m.capacity > 0;
     }
@@ -579,12 +588,11 @@ TEST_P(InnerGrouped, EachMessageLandsInTheReceiveWithItsTag) {
     ASSERT_TRUE(close_counts("send", &got[0][0], &got[0][1]));
     ASSERT_TRUE(close_counts("receive", &got[1][0], &got[1][1]));
     // Over an inner with NCCL_PTR_CUDA those in-place receives are exactly the device-staging landings.
-    if (inner_cuda()) {
+    if (inner_cuda() && registered_type() == NCCL_PTR_CUDA) {
       EXPECT_EQ(static_cast<unsigned long long>(st->recv_cuda), want[1][0]);
     }
     for (int side = 0; side < 2; ++side) {
-      EXPECT_EQ(got[side][0], want[side][0])
-          << (side ? "receives" : "sends") << " of device messages in place";
+      EXPECT_EQ(got[side][0], want[side][0]) << (side ? "receives" : "sends") << " in place";
       EXPECT_EQ(got[side][1], want[side][1]) << (side ? "receives" : "sends") << " through bounce buffers";
     }
   }
@@ -615,15 +623,16 @@ void exchange(NetApi* api, void* sc, const void* src, void* smh, void* rc, void*
   }
 }
 
-// A connected pair over the stand-in with one registered device buffer of n bytes on each side (src
-// holding bf16 data).
-struct DevicePair {
+// A connected pair over the stand-in with one registered buffer of n bytes on each side (src holding
+// bf16 data), device memory (the GPU emulation's) or host memory; before_reg runs once the comms are
+// connected, before the registrations.
+struct Pair {
   std::unique_ptr<NetApi> api;
   FakeState* st = nullptr;
   void *sc = nullptr, *rc = nullptr, *lc = nullptr, *smh = nullptr, *rmh = nullptr;
   std::vector<uint8_t> src, dst;
 };
-void open_device_pair(size_t n, uint64_t seed, DevicePair* d) {
+void open_pair(size_t n, uint64_t seed, bool device, Pair* d, const std::function<void()>& before_reg) {
   d->api = load_api(12);
   ASSERT_TRUE(d->api);
   ASSERT_EQ(d->api->init(), ncclSuccess);
@@ -632,14 +641,21 @@ void open_device_pair(size_t n, uint64_t seed, DevicePair* d) {
   ASSERT_TRUE(make_pair(d->api.get(), &d->sc, &d->rc, &d->lc));
   d->src = make_data(DataKind::kBf16Gauss, n, seed);
   d->dst.assign(n, 0);
-  ASSERT_TRUE(declare_device(d->src.data(), n));
-  ASSERT_TRUE(declare_device(d->dst.data(), n));
-  ASSERT_EQ(d->api->net().reg_mr(d->sc, d->src.data(), n, NCCL_PTR_CUDA, &d->smh), ncclSuccess);
-  ASSERT_EQ(d->api->net().reg_mr(d->rc, d->dst.data(), n, NCCL_PTR_CUDA, &d->rmh), ncclSuccess);
+  if (device) {
+    ASSERT_TRUE(declare_device(d->src.data(), n));
+    ASSERT_TRUE(declare_device(d->dst.data(), n));
+  }
+  if (before_reg) before_reg();
+  const int type = device ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
+  ASSERT_EQ(d->api->net().reg_mr(d->sc, d->src.data(), n, type, &d->smh), ncclSuccess);
+  ASSERT_EQ(d->api->net().reg_mr(d->rc, d->dst.data(), n, type, &d->rmh), ncclSuccess);
+}
+void open_device_pair(size_t n, uint64_t seed, Pair* d, const std::function<void()>& before_reg = nullptr) {
+  open_pair(n, seed, true, d, before_reg);
 }
 
 // Deregisters the two buffers and closes the pair's comms (finalize is the test's).
-void close_device_pair(DevicePair* d) {
+void close_pair(Pair* d) {
   EXPECT_EQ(d->api->net().dereg_mr(d->sc, d->smh), ncclSuccess);
   EXPECT_EQ(d->api->net().dereg_mr(d->rc, d->rmh), ncclSuccess);
   EXPECT_EQ(d->api->close_send(d->sc), ncclSuccess);
@@ -653,7 +669,7 @@ void close_device_pair(DevicePair* d) {
 // staging shows as a use-after-free in the stand-in's copy.
 TEST(InnerStaging, ClosedWithADeviceReceivePostedKeepsItsStaging) {
   if (registered_type() != NCCL_PTR_CUDA) GTEST_SKIP() << "device buffers only (test_inner_optional_emu)";
-  DevicePair d;
+  Pair d;
   ASSERT_NO_FATAL_FAILURE(open_device_pair(64 << 10, 11, &d));
   auto& net = d.api->net();
   const size_t n = d.src.size();
@@ -691,7 +707,7 @@ TEST(InnerStaging, GrownStagingIsRegisteredBeforeUse) {
   if (registered_type() != NCCL_PTR_CUDA || !inner_cuda()) {
     GTEST_SKIP() << "an inner that takes device memory (test_inner_optional_emu, ZIPCCL_TEST_FAKE_CUDA=1)";
   }
-  DevicePair d;
+  Pair d;
   ASSERT_NO_FATAL_FAILURE(open_device_pair(64 << 10, 13, &d));
   auto& net = d.api->net();
   const size_t n = d.src.size();
@@ -732,7 +748,7 @@ TEST(InnerStaging, GrownStagingIsRegisteredBeforeUse) {
     EXPECT_EQ(net.dereg_mr(d.sc, umh[2 * i]), ncclSuccess);
     EXPECT_EQ(net.dereg_mr(d.rc, umh[2 * i + 1]), ncclSuccess);
   }
-  close_device_pair(&d);
+  close_pair(&d);
   unsigned long long in_place = 0, bounced = 0;
   ASSERT_TRUE(close_counts("send", &in_place, &bounced));
   EXPECT_EQ(bounced, 0u) << "sends from staging not registered with the inner (" << messages << " messages)";
@@ -755,7 +771,7 @@ TEST(InnerStaging, RefusedDeviceStagingIsNotAnError) {
       dlsym(dlopen(std::getenv("ZIPCCL_NET_INNER"), RTLD_NOW), "fake_inner_refuse_staging"));
   ASSERT_NE(refuse, nullptr);
   const int refused0 = refuse(1);
-  DevicePair d;
+  Pair d;
   ASSERT_NO_FATAL_FAILURE(open_device_pair(256 << 10, 17, &d));
   EXPECT_GT(refuse(1), refused0) << "the stand-in was never asked to register the staging";
   EXPECT_TRUE(log_contains("did not register the GPU path's device staging"));
@@ -772,11 +788,104 @@ TEST(InnerStaging, RefusedDeviceStagingIsNotAnError) {
   EXPECT_EQ(d.st->errors, 0);
   // Nothing was posted from or into device memory: no staging of it is registered.
   EXPECT_EQ(__atomic_load_n(&d.st->posted_cuda, __ATOMIC_RELAXED), posted_cuda0);
-  close_device_pair(&d);
+  close_pair(&d);
   unsigned long long messages = 0, frames = 0;
   ASSERT_TRUE(send_gpu_counts(&messages, &frames));
   EXPECT_EQ(messages, 8u);
   EXPECT_EQ(api->finalize(), ncclSuccess);
+  declare_device(nullptr, 0);
+}
+
+// Host messages with every message compressed: the InnerStaging tests of the send staging run there.
+bool host_always() {
+  const char* mode = std::getenv("ZIPCCL_COMPRESS");
+  return registered_type() == NCCL_PTR_HOST && mode && std::string(mode) == "always";
+}
+// n bytes from the start of src into dst, checked bit-exact.
+void exchange_host(Pair* h, size_t n) {
+  std::fill(h->dst.begin(), h->dst.end(), 0);
+  ASSERT_NO_FATAL_FAILURE(exchange(h->api.get(), h->sc, h->src.data(), h->smh, h->rc, h->dst.data(), h->rmh, n, 4, 10.0));
+  ASSERT_TRUE(std::equal(h->src.begin(), h->src.begin() + n, h->dst.begin())) << n << " bytes";
+}
+// Closes the pair; then no registration is live, and *in_place / *bounced are the send connection's
+// close-line counts. finalize is the test's.
+void close_host_pair(Pair* h, unsigned long long* in_place, unsigned long long* bounced) {
+  EXPECT_EQ(h->st->errors, 0);
+  close_pair(h);
+  EXPECT_EQ(h->st->live_regs, 0);
+  ASSERT_TRUE(close_counts("send", in_place, bounced));
+}
+
+// The codec's send staging of host messages is registered with the inner once per growth, so a codec
+// frame goes in place rather than through the inner transport's bounce buffer (a host copy of every
+// frame on NCCL's progress thread). Messages of growing and shrinking sizes: every frame in place, and
+// at close zipccl's registrations are all released.
+TEST(InnerStaging, CodecFramesOfHostMessagesGoInPlace) {
+  if (!host_always()) GTEST_SKIP() << "host buffers, every message compressed (inner.fake.with.always.)";
+  const size_t max = 1 << 20;
+  Pair h;
+  ASSERT_NO_FATAL_FAILURE(open_pair(max, 21, false, &h, nullptr));
+  const int regs0 = h.st->regs_host;
+  const size_t sizes[] = {64 << 10, 256 << 10, max, 100 << 10, max, 512 << 10};
+  for (size_t n : sizes) ASSERT_NO_FATAL_FAILURE(exchange_host(&h, n));
+  // One registration per growth of the staging (3 sizes larger than all before), not one per message.
+  EXPECT_LE(h.st->regs_host - regs0, 3);
+  EXPECT_LT(h.st->bytes_sent, 6 * max) << "nothing was compressed";
+  unsigned long long in_place = 0, bounced = 0;
+  ASSERT_NO_FATAL_FAILURE(close_host_pair(&h, &in_place, &bounced));
+  EXPECT_EQ(in_place, 6u);
+  EXPECT_EQ(bounced, 0u) << "codec frames copied through the inner transport's bounce buffers";
+  EXPECT_EQ(h.api->finalize(), ncclSuccess);
+}
+
+// The inner's registration of the codec's send staging may fail (a NIC out of lockable memory): not an
+// error. Frames then go through the inner transport's own registered bounce buffer, bit-exact.
+TEST(InnerStaging, RefusedSendStagingIsNotAnError) {
+  if (!host_always()) GTEST_SKIP() << "host buffers, every message compressed (inner.fake.with.always.)";
+  Pair h;
+  ASSERT_NO_FATAL_FAILURE(open_pair(256 << 10, 23, false, &h, nullptr));
+  auto* refuse = reinterpret_cast<int (*)(int)>(
+      dlsym(dlopen(std::getenv("ZIPCCL_NET_INNER"), RTLD_NOW | RTLD_NOLOAD), "fake_inner_refuse_host"));
+  ASSERT_NE(refuse, nullptr);
+  const int refused0 = refuse(1);  // the next host registration: the first message's send staging
+  for (int m = 0; m < 4; ++m) ASSERT_NO_FATAL_FAILURE(exchange_host(&h, h.src.size())) << "message " << m;
+  EXPECT_EQ(refuse(0), refused0 + 1) << "the stand-in was never asked to register the send staging";
+  EXPECT_TRUE(log_contains("did not register the codec's send staging"));
+  unsigned long long in_place = 0, bounced = 0;
+  ASSERT_NO_FATAL_FAILURE(close_host_pair(&h, &in_place, &bounced));
+  EXPECT_EQ(bounced, 4u) << "each frame through the bounce buffer";
+  EXPECT_EQ(h.api->finalize(), ncclSuccess);
+}
+
+// The GPU path's pinned host staging may be refused too: device messages then go through the inner
+// transport's bounce buffers (a host copy), bit-exact, and NCCL's regMr succeeds. Incompressible data, so
+// every device message goes raw through the host staging.
+TEST(InnerStaging, RefusedHostStagingOfTheGpuPathIsNotAnError) {
+  if (registered_type() != NCCL_PTR_CUDA) GTEST_SKIP() << "device buffers only (test_inner_optional_emu)";
+  auto* refuse = reinterpret_cast<int (*)(int)>(
+      dlsym(dlopen(std::getenv("ZIPCCL_NET_INNER"), RTLD_NOW), "fake_inner_refuse_host"));
+  ASSERT_NE(refuse, nullptr);
+  const int refused0 = refuse(0);
+  Pair d;
+  // The next host registration: the sender's GPU path's pinned staging, at NCCL's regMr of its buffer.
+  ASSERT_NO_FATAL_FAILURE(open_device_pair(256 << 10, 19, &d, [&] { refuse(1); }));
+  EXPECT_EQ(refuse(0), refused0 + 1) << "the stand-in was never asked to register the host staging";
+  EXPECT_TRUE(log_contains("did not register the GPU path's host staging"));
+  const auto random = make_data(DataKind::kRandom, d.src.size(), 19);
+  std::copy(random.begin(), random.end(), d.src.begin());  // in place: the registered buffer
+  for (int m = 0; m < 6; ++m) {
+    std::fill(d.dst.begin(), d.dst.end(), 0);
+    ASSERT_NO_FATAL_FAILURE(
+        exchange(d.api.get(), d.sc, d.src.data(), d.smh, d.rc, d.dst.data(), d.rmh, d.src.size(), 3, 10.0))
+        << "message " << m;
+    ASSERT_TRUE(d.src == d.dst) << "message " << m;
+  }
+  EXPECT_EQ(d.st->errors, 0);
+  close_pair(&d);
+  unsigned long long in_place = 0, bounced = 0;
+  ASSERT_TRUE(close_counts("send", &in_place, &bounced));
+  EXPECT_GT(bounced, 0u) << "device messages from staging the inner did not register";
+  EXPECT_EQ(d.api->finalize(), ncclSuccess);
   declare_device(nullptr, 0);
 }
 

@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -137,6 +139,76 @@ class StagingPins {
   std::atomic<bool> device_frames_{false};  // set by regMr (NCCL's service thread), read by the data path
 };
 
+// The CPU codec's send staging of one request: codec frames of host messages are encoded into it and
+// posted from it. Over a transport that pins staging (BufferRegistry::pins_staging: the inner plugin,
+// RDMA) it is registered with the connection when it grows, so each frame is posted in place; else the
+// inner transport copies every frame through a bounce buffer of its own and RDMA registers the frame's
+// range for each message. It grows (page-aligned) to the largest message its request has carried and is
+// reused; growth happens only while its request is idle (no transport op reads it). A registration the
+// transport refuses is not an error: frames then go as they would without it.
+class SendStaging {
+ public:
+  SendStaging() = default;
+  SendStaging(SendStaging&&) = default;
+  SendStaging& operator=(SendStaging&&) = default;
+  char* data() const { return buf_.get(); }
+  size_t size() const { return size_; }
+  bool pinned() const { return pinned_; }
+  // Room for n bytes; throws std::bad_alloc (the ABI guard's error) when memory is short.
+  void reserve(BufferRegistry* reg, size_t n) {
+    if (n <= size_) return;
+    unpin(reg);
+    const size_t page = 4096;
+    const size_t want = (n + page - 1) / page * page;
+    void* p = nullptr;
+    if (posix_memalign(&p, page, want) != 0) throw std::bad_alloc();
+    buf_.reset(static_cast<char*>(p));
+    size_ = want;
+    if (!reg || !reg->pins_staging()) return;
+    MemDesc m;
+    m.data = buf_.get();
+    m.size = size_;
+    pinned_ = reg->pin(m) == ncclSuccess;
+    if (!pinned_) refused();
+  }
+  // Before the connection closes. False: the transport may still read it; then it is kept for the
+  // process's lifetime (keep()) instead of freed.
+  bool close(BufferRegistry* reg) {
+    if (!pinned_) return true;
+    if (reg->in_flight()) return false;
+    unpin(reg);
+    return true;
+  }
+  static void keep(SendStaging&& s) {
+    static std::mutex mu;
+    static auto* kept = new std::vector<char*>;
+    std::lock_guard<std::mutex> lock(mu);
+    kept->push_back(s.buf_.release());
+    s.size_ = 0;
+    s.pinned_ = false;
+  }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  void unpin(BufferRegistry* reg) {
+    if (pinned_) reg->unpin(buf_.get());
+    pinned_ = false;
+  }
+  // A WARN the first time in the process (after the transport's own report of the failure), then INFO.
+  static void refused() {
+    static std::atomic<bool> said{false};
+    ZIPCCL_LOG(said.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, NCCL_NET,
+               "the transport did not register the codec's send staging (see above; handled): codec frames "
+               "of host messages go through its own registered buffers (a host copy) or a registration per "
+               "message");
+  }
+  std::unique_ptr<char, Free> buf_;
+  size_t size_ = 0;
+  bool pinned_ = false;
+};
+
 class EncodeJob final : public Job {
  public:
   void run() override;
@@ -225,7 +297,7 @@ class SendComm {
     bool any_codec = false;
     ProfilerEvent prof;      // NCCL's profiler event of the message (profiler_events.h)
     std::vector<std::unique_ptr<Seg>> segs;  // grown to the most segments seen, reused
-    std::vector<char> staging;
+    SendStaging staging;
   };
   struct PostedOp {
     int req;

@@ -98,6 +98,9 @@ SendComm::~SendComm() {
   // before close returns (no wait when every request completed).
   if (gpu_) gpu_->drain();
   const bool staging_free = staging_pins_.close(registry_);
+  for (Req& r : reqs_) {
+    if (!r.staging.close(registry_)) SendStaging::keep(std::move(r.staging));  // the inner may still read it
+  }
   conn_.reset();  // joins the transport's helper threads, which may still read staging buffers
   if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still read its staging
   gpu_.reset();   // returns its memory to the pools once the device has passed this close
@@ -223,7 +226,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
   }
   if (compress) {
     r.tried = true;
-    if (r.staging.size() < r.stage_bytes) r.staging.resize(r.stage_bytes);  // grows to the largest message, then reused
+    r.staging.reserve(registry_, r.stage_bytes);  // grows to the largest message, then reused
     // Every segment goes to the pool at once: the workers encode them in order (in parallel when there
     // are several), and each is posted as soon as it and the ones before it are done.
     for (size_t j = 0; j < r.nsegs; ++j) {

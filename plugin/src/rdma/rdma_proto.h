@@ -152,6 +152,9 @@ class RdmaEndpoint : public BufferRegistry {
   MrCache& mrs() { return *mrs_; }
   ncclResult_t pin(const MemDesc& mem) override { return mrs_->pin(mem); }
   void unpin(void* data) override { mrs_->unpin(data); }
+  // zipccl's own send staging (the CPU codec's, the GPU path's pinned host staging) is registered once
+  // per buffer, not for every message posted from it.
+  bool pins_staging() const override { return true; }
   const std::string& error() const { return error_; }
 
  protected:
