@@ -14,10 +14,11 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "common/log.h"
 #include "gpu/gpu_path.h"
@@ -143,33 +144,40 @@ class StagingPins {
 // posted from it. Over a transport that pins staging (BufferRegistry::pins_staging: the inner plugin,
 // RDMA) it is registered with the connection when it grows, so each frame is posted in place; else the
 // inner transport copies every frame through a bounce buffer of its own and RDMA registers the frame's
-// range for each message. It grows (page-aligned) to the largest message its request has carried and is
-// reused; growth happens only while its request is idle (no transport op reads it). A registration the
-// transport refuses is not an error: frames then go as they would without it.
+// range for each message. It grows to the largest message its request has carried and is reused;
+// growth happens only while its request is idle (no transport op reads it). It is aligned to whole host
+// pages, the unit transports register in (RDMA widens a registration to whole pages), so no other
+// buffer shares a page with it. A registration the transport refuses is not an error: frames then go as
+// they would without it, and the comm asks no more (`refused`, shared by its requests).
 class SendStaging {
  public:
   SendStaging() = default;
-  SendStaging(SendStaging&&) = default;
-  SendStaging& operator=(SendStaging&&) = default;
+  SendStaging(const SendStaging&) = delete;
+  SendStaging& operator=(const SendStaging&) = delete;
   char* data() const { return buf_.get(); }
-  size_t size() const { return size_; }
-  bool pinned() const { return pinned_; }
-  // Room for n bytes; throws std::bad_alloc (the ABI guard's error) when memory is short.
-  void reserve(BufferRegistry* reg, size_t n) {
-    if (n <= size_) return;
+  // Room for n bytes; false when memory is short (the message then goes raw).
+  bool reserve(BufferRegistry* reg, size_t n, bool* refused) {
+    if (n <= size_) return true;
     unpin(reg);
-    const size_t page = 4096;
+    static const size_t page = [] {
+      const long ps = sysconf(_SC_PAGESIZE);
+      return ps > 4096 ? static_cast<size_t>(ps) : size_t{4096};
+    }();
     const size_t want = (n + page - 1) / page * page;
     void* p = nullptr;
-    if (posix_memalign(&p, page, want) != 0) throw std::bad_alloc();
+    if (posix_memalign(&p, page, want) != 0) return false;
     buf_.reset(static_cast<char*>(p));
     size_ = want;
-    if (!reg || !reg->pins_staging()) return;
+    if (!reg || !reg->pins_staging() || *refused) return true;
     MemDesc m;
     m.data = buf_.get();
     m.size = size_;
     pinned_ = reg->pin(m) == ncclSuccess;
-    if (!pinned_) refused();
+    if (!pinned_) {
+      *refused = true;
+      said_refused();
+    }
+    return true;
   }
   // Before the connection closes. False: the transport may still read it; then it is kept for the
   // process's lifetime (keep()) instead of freed.
@@ -179,13 +187,18 @@ class SendStaging {
     unpin(reg);
     return true;
   }
-  static void keep(SendStaging&& s) {
+  // Leaves the buffer allocated for the process's lifetime (reachable, for LeakSanitizer).
+  void keep() noexcept {
     static std::mutex mu;
     static auto* kept = new std::vector<char*>;
+    char* p = buf_.release();
+    size_ = 0;
+    pinned_ = false;
     std::lock_guard<std::mutex> lock(mu);
-    kept->push_back(s.buf_.release());
-    s.size_ = 0;
-    s.pinned_ = false;
+    try {
+      kept->push_back(p);
+    } catch (...) {  // out of memory: leaked unreferenced, never freed under the transport
+    }
   }
 
  private:
@@ -197,12 +210,12 @@ class SendStaging {
     pinned_ = false;
   }
   // A WARN the first time in the process (after the transport's own report of the failure), then INFO.
-  static void refused() {
+  static void said_refused() {
     static std::atomic<bool> said{false};
     ZIPCCL_LOG(said.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, NCCL_NET,
                "the transport did not register the codec's send staging (see above; handled): codec frames "
                "of host messages go through its own registered buffers (a host copy) or a registration per "
-               "message");
+               "message on this connection");
   }
   std::unique_ptr<char, Free> buf_;
   size_t size_ = 0;
@@ -320,6 +333,7 @@ class SendComm {
   // while the progress thread reads it.
   std::unique_ptr<gpu::Channel> gpu_;
   StagingPins staging_pins_;
+  bool staging_refused_ = false;  // the transport refused a request's send staging (SendStaging::reserve)
   uint64_t gpu_messages_ = 0;   // device messages started (the close line; stats_ counts completed ones)
   uint64_t segment_bytes_ = 0;  // 0: messages go whole on this connection
   std::vector<Req> reqs_;
@@ -438,6 +452,7 @@ class RecvComm {
   BufferRegistry* const registry_;  // conn_ as a BufferRegistry, looked up once
   std::unique_ptr<gpu::Channel> gpu_;  // as SendComm's
   StagingPins staging_pins_;
+  bool staging_refused_ = false;  // the transport refused a request's send staging (SendStaging::reserve)
   uint64_t gpu_messages_ = 0;  // device receives posted (the close line; stats_ counts completed ones)
   uint64_t device_landed_ = 0;  // payloads landed in device staging (each flushed before it is read)
   std::vector<Req> reqs_;

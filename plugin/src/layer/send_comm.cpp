@@ -99,7 +99,7 @@ SendComm::~SendComm() {
   if (gpu_) gpu_->drain();
   const bool staging_free = staging_pins_.close(registry_);
   for (Req& r : reqs_) {
-    if (!r.staging.close(registry_)) SendStaging::keep(std::move(r.staging));  // the inner may still read it
+    if (!r.staging.close(registry_)) r.staging.keep();  // the inner may still read it
   }
   conn_.reset();  // joins the transport's helper threads, which may still read staging buffers
   if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still read its staging
@@ -206,7 +206,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
   r.codec_ns = 0;
   r.any_codec = false;
 
-  const bool compress = choose_compress(&r);
+  bool compress = choose_compress(&r);
   plan_segments(&r);
 
   if (device) {
@@ -224,9 +224,14 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
     if (res != ncclSuccess) failed_ = true;
     return res;
   }
+  if (compress && !r.staging.reserve(registry_, r.stage_bytes, &staging_refused_)) {
+    static std::atomic<bool> said{false};
+    ZIPCCL_LOG(said.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, NCCL_NET,
+               "no memory for %zu bytes of codec staging: the message goes uncompressed", r.stage_bytes);
+    compress = false;
+  }
   if (compress) {
     r.tried = true;
-    r.staging.reserve(registry_, r.stage_bytes);  // grows to the largest message, then reused
     // Every segment goes to the pool at once: the workers encode them in order (in parallel when there
     // are several), and each is posted as soon as it and the ones before it are done.
     for (size_t j = 0; j < r.nsegs; ++j) {
