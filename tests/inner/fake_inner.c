@@ -247,6 +247,8 @@ typedef struct fake_req_s {
   int got_set[8];
   size_t got[8];
   int cuda[8]; /* receive i's registration is NCCL_PTR_CUDA: its message waits for an iflush */
+  const char* held; /* a send held in flight (fake_inner_hold_sends): its payload, read again later */
+  char* held_copy;  /* the payload's bytes when it was sent */
 } fake_req_t;
 
 /* Requests handed out and not yet completed stay reachable here, as a real plugin's request pool keeps
@@ -266,7 +268,31 @@ static void retire(fake_req_t* q) {
   q->prev->next = q->next;
   q->next->prev = q->prev;
   pthread_mutex_unlock(&g_mu);
+  free(q->held_copy);
   free(q);
+}
+
+/* On: sends stay in flight (their test says not done) and keep their payload's address, as a NIC's
+ * send does until its completion; fake_inner_read_held() then reads every held payload again, as the NIC
+ * would after its caller closed the connection. A payload freed meanwhile is a use-after-free (ASan) or
+ * a fault; one changed meanwhile counts. Returns the sends read; *changed (optional): how many of them
+ * no longer hold the bytes they were sent with. Reading releases the holds. */
+static int g_hold_sends;
+__attribute__((visibility("default"))) void fake_inner_hold_sends(int on) {
+  __atomic_store_n(&g_hold_sends, on, __ATOMIC_RELAXED);
+}
+__attribute__((visibility("default"))) int fake_inner_read_held(int* changed) {
+  int n = 0, diff = 0;
+  pthread_mutex_lock(&g_mu);
+  for (fake_req_t* q = g_live.next; q != &g_live; q = q->next) {
+    if (q->kind != kSendReq || !q->held) continue;
+    ++n;
+    diff += q->send_size && memcmp(q->held, q->held_copy, q->send_size) != 0;
+    q->held = NULL;
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (changed) *changed = diff;
+  return n;
 }
 
 /* Messages received into CUDA-registered memory, not yet visible (under g_mu). */
@@ -524,6 +550,13 @@ static ncclResult_t f_isend(void* c, void* d, size_t s, int t, void* m, void* ph
   pthread_mutex_unlock(&g_mu);
   req->kind = kSendReq;
   req->send_size = s;
+  if (__atomic_load_n(&g_hold_sends, __ATOMIC_RELAXED) && s) {
+    req->held_copy = (char*)malloc(s);
+    if (req->held_copy) {
+      memcpy(req->held_copy, d, s);
+      req->held = (const char*)d;
+    }
+  }
   count_posted(m);
   *r = hand_out(req);
   return ncclSuccess;
@@ -600,6 +633,7 @@ static ncclResult_t f_iflush(void* c, int n, void** d, int* s, void** m, void** 
 static ncclResult_t f_test(void* r, int* done, int* sizes) {
   fake_req_t* req = (fake_req_t*)r;
   *done = 0;
+  if (req->kind == kSendReq && req->held) return ncclSuccess; /* held in flight */
   if (req->kind == kSendReq || req->kind == kFlushReq) {
     *done = 1;
     if (sizes) sizes[0] = (int)req->send_size;

@@ -873,6 +873,52 @@ TEST(InnerStaging, RefusedSendStagingIsNotAnError) {
   EXPECT_EQ(h.api->finalize(), ncclSuccess);
 }
 
+// A send comm closed while the inner still has a send in flight from the codec's registered staging (a
+// failed job): the inner keeps the connection and its registrations open, and zipccl must keep the staging
+// allocated, since the NIC may still read it. The stand-in holds the sends in flight and reads their
+// payloads again after the close (fake_inner_read_held): a staging freed at the close is a use-after-free
+// under ASan (tools/test.sh), a fault or changed bytes without it.
+TEST(InnerStaging, ClosedWithACodecSendInFlightKeepsItsStaging) {
+  if (!host_always()) GTEST_SKIP() << "host buffers, every message compressed (inner.fake.with.always.)";
+  Pair h;
+  const size_t n = 256 << 10;
+  ASSERT_NO_FATAL_FAILURE(open_pair(n, 29, false, &h, nullptr));
+  void* lib = dlopen(std::getenv("ZIPCCL_NET_INNER"), RTLD_NOW | RTLD_NOLOAD);  // the copy zipccl loaded
+  auto* hold = reinterpret_cast<void (*)(int)>(dlsym(lib, "fake_inner_hold_sends"));
+  auto* read_held = reinterpret_cast<int (*)(int*)>(dlsym(lib, "fake_inner_read_held"));
+  ASSERT_TRUE(hold && read_held);
+  hold(1);
+  void *rreq = nullptr, *sreq = nullptr;
+  ASSERT_EQ(h.api->irecv(h.rc, h.dst.data(), n, 8, h.rmh, &rreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  ASSERT_EQ(h.api->isend(h.sc, h.src.data(), n, 8, h.smh, &sreq), ncclSuccess);
+  ASSERT_NE(sreq, nullptr);
+  // The frame reaches the inner once its encode is done; the receive then completes, the send does not.
+  auto t0 = Clock::now();
+  for (int rdone = 0, size = 0; !rdone;) {
+    int sdone = 0;
+    ASSERT_EQ(h.api->test(sreq, &sdone, &size), ncclSuccess);
+    ASSERT_EQ(sdone, 0) << "a held send completed";
+    ASSERT_EQ(h.api->test(rreq, &rdone, &size), ncclSuccess);
+    ASSERT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0) << "the message never arrived";
+  }
+  ASSERT_TRUE(h.src == h.dst);
+  EXPECT_LT(h.st->bytes_sent, n) << "the message was not compressed";
+  EXPECT_EQ(h.api->net().dereg_mr(h.sc, h.smh), ncclSuccess);
+  EXPECT_EQ(h.api->close_send(h.sc), ncclSuccess);
+  EXPECT_TRUE(log_contains("closing a send connection with"));
+  int changed = -1;
+  EXPECT_EQ(read_held(&changed), 2) << "the message's header and its frame";
+  EXPECT_EQ(changed, 0) << "a payload the inner still reads was reused after the close";
+  hold(0);
+  EXPECT_EQ(h.api->net().dereg_mr(h.rc, h.rmh), ncclSuccess);
+  EXPECT_EQ(h.api->close_recv(h.rc), ncclSuccess);
+  EXPECT_EQ(h.api->close_listen(h.lc), ncclSuccess);
+  EXPECT_GT(h.st->live_regs, 0);  // what the send connection left open
+  EXPECT_EQ(h.st->errors, 0);
+  EXPECT_EQ(h.api->finalize(), ncclSuccess);
+}
+
 // The GPU path's pinned host staging may be refused too: device messages then go through the inner
 // transport's bounce buffers (a host copy), bit-exact, and NCCL's regMr succeeds. Incompressible data, so
 // every device message goes raw through the host staging.
