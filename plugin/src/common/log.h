@@ -1,6 +1,8 @@
 // Logging through the logger NCCL hands to init(), and the error-propagation macro.
 #pragma once
 
+#include <atomic>
+
 #include "nccl/net_common.h"
 
 namespace zipccl {
@@ -23,6 +25,13 @@ ncclDebugLogger_t logger();
 #define ZIPCCL_WARN(fmt, ...) ZIPCCL_LOG(NCCL_LOG_WARN, NCCL_NET, fmt, ##__VA_ARGS__)
 #define ZIPCCL_INFO(flags, fmt, ...) ZIPCCL_LOG(NCCL_LOG_INFO, flags, fmt, ##__VA_ARGS__)
 #define ZIPCCL_TRACE(fmt, ...) ZIPCCL_LOG(NCCL_LOG_TRACE, NCCL_NET, fmt, ##__VA_ARGS__)
+// A WARN the first time this line logs in the process, INFO after: for conditions handled without
+// failing that may repeat per connection or per message.
+#define ZIPCCL_WARN_FIRST(flags, fmt, ...)                                                              \
+  do {                                                                                                  \
+    static std::atomic<bool> zipccl_said_{false};                                                       \
+    ZIPCCL_LOG(zipccl_said_.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, flags, fmt, ##__VA_ARGS__); \
+  } while (0)
 
 // Propagates a failing ncclResult_t, logging file:line on the way out so failures read like a backtrace.
 #define ZIPCCL_CHECK(call)                                                        \

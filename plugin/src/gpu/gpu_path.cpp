@@ -431,11 +431,11 @@ ncclResult_t Channel::reserve_for(std::unique_ptr<Channel>* ch, int slots, const
   }
   if (bytes > kMaxStagedRegistration) {
     // A WARN the first time (were it NCCL's own buffer, its connection fails), then INFO.
-    static std::atomic<bool> said{false};
-    ZIPCCL_LOG(said.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, NCCL_NET,
-               "regMr of %zu bytes of device memory at %p refused: the GPU path stages at most %zu bytes per "
-               "registration (NCCL moves a user buffer it could not register through its own buffers)",
-               bytes, data, kMaxStagedRegistration);
+    ZIPCCL_WARN_FIRST(
+        NCCL_NET,
+        "regMr of %zu bytes of device memory at %p refused: the GPU path stages at most %zu bytes "
+        "per registration (NCCL moves a user buffer it could not register through its own buffers)",
+        bytes, data, kMaxStagedRegistration);
     return ncclInvalidUsage;
   }
   if (!*ch) ch->reset(new Channel(ops, slots));

@@ -54,6 +54,22 @@ struct RequestHeader {
   void* comm = nullptr;
 };
 
+// Keeps memory the transport may still use after its connection closed (a channel with its staging, a
+// send staging) for the process's lifetime, reachable (for LeakSanitizer), as the transport keeps what
+// such a connection leaves open: a failed job leaks a little instead of the inner using freed memory.
+// Out of memory for the list it is leaked unreferenced, never freed.
+template <typename T, typename D>
+void keep_reachable(std::unique_ptr<T, D> p) noexcept {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::unique_ptr<T, D>>;
+  std::lock_guard<std::mutex> lock(mu);
+  try {
+    kept->push_back(std::move(p));
+  } catch (...) {
+    p.release();
+  }
+}
+
 // The GPU path's pinned host staging registered with the connection's transport, when it asks for it
 // (BufferRegistry::pins_staging: the inner transport), so that device messages are posted from and
 // land in it without the transport's own copy; with `device` (a sender over a transport that posts
@@ -88,22 +104,13 @@ class StagingPins {
   // Whether codec frames may be posted from the device staging (every device arena is pinned).
   bool device_frames() const { return device_frames_.load(std::memory_order_acquire); }
   // Before the connection closes. False: the transport may still use the staging, which must then be
-  // left allocated (keep()).
+  // left allocated (keep_reachable).
   bool close(BufferRegistry* reg) {
     if (!reg || pinned_.empty()) return true;
     if (reg->in_flight()) return false;
     for (void* p : pinned_) reg->unpin(p);
     pinned_.clear();
     return true;
-  }
-  // Keeps a channel whose staging the transport may still use for the process's lifetime (reachable, as
-  // the transport keeps what such a connection leaves open): a failed job leaks a little instead of the
-  // inner writing freed memory.
-  static void keep(std::unique_ptr<gpu::Channel> ch) {
-    static std::mutex mu;
-    static auto* kept = new std::vector<std::unique_ptr<gpu::Channel>>;
-    std::lock_guard<std::mutex> lock(mu);
-    kept->push_back(std::move(ch));
   }
 
  private:
@@ -130,10 +137,10 @@ class StagingPins {
   }
   // A WARN the first time in the process (after the transport's own report of the failure), then INFO.
   static void refused(const char* kind, const char* what) {
-    static std::atomic<bool> said{false};
-    ZIPCCL_LOG(said.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, NCCL_NET,
-               "GPU path: the transport did not register the GPU path's %s staging (see above; handled): %s",
-               kind, what);
+    ZIPCCL_WARN_FIRST(
+        NCCL_NET,
+        "GPU path: the transport did not register the GPU path's %s staging (see above; handled): %s", kind,
+        what);
   }
   std::vector<void*> pinned_;
   bool device_refused_ = false;              // regMr only (NCCL's service thread)
@@ -187,18 +194,11 @@ class SendStaging {
     unpin(reg);
     return true;
   }
-  // Leaves the buffer allocated for the process's lifetime (reachable, for LeakSanitizer).
+  // Leaves the buffer allocated for the process's lifetime (keep_reachable).
   void keep() noexcept {
-    static std::mutex mu;
-    static auto* kept = new std::vector<char*>;
-    char* p = buf_.release();
     size_ = 0;
     pinned_ = false;
-    std::lock_guard<std::mutex> lock(mu);
-    try {
-      kept->push_back(p);
-    } catch (...) {  // out of memory: leaked unreferenced, never freed under the transport
-    }
+    keep_reachable(std::move(buf_));
   }
 
  private:
@@ -211,11 +211,10 @@ class SendStaging {
   }
   // A WARN the first time in the process (after the transport's own report of the failure), then INFO.
   static void said_refused() {
-    static std::atomic<bool> said{false};
-    ZIPCCL_LOG(said.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, NCCL_NET,
-               "the transport did not register the codec's send staging (see above; handled): codec frames "
-               "of host messages go through its own registered buffers (a host copy) or a registration per "
-               "message on this connection");
+    ZIPCCL_WARN_FIRST(NCCL_NET,
+                      "the transport did not register the codec's send staging (see above; handled): codec "
+                      "frames of host messages go through its own registered buffers (a host copy) or a "
+                      "registration per message on this connection");
   }
   std::unique_ptr<char, Free> buf_;
   size_t size_ = 0;
@@ -452,7 +451,6 @@ class RecvComm {
   BufferRegistry* const registry_;  // conn_ as a BufferRegistry, looked up once
   std::unique_ptr<gpu::Channel> gpu_;  // as SendComm's
   StagingPins staging_pins_;
-  bool staging_refused_ = false;  // the transport refused a request's send staging (SendStaging::reserve)
   uint64_t gpu_messages_ = 0;  // device receives posted (the close line; stats_ counts completed ones)
   uint64_t device_landed_ = 0;  // payloads landed in device staging (each flushed before it is read)
   std::vector<Req> reqs_;

@@ -51,7 +51,7 @@ RecvComm::~RecvComm() {
   if (gpu_) gpu_->drain();
   const bool staging_free = staging_pins_.close(registry_);
   conn_.reset();  // stops the transport's helper threads before NCCL frees its buffers
-  if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still write its staging
+  if (!staging_free) keep_reachable(std::move(gpu_));  // the inner may still write its staging
   gpu_.reset();   // returns its memory to the pools once the device has passed this close
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET,

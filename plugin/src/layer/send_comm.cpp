@@ -102,7 +102,7 @@ SendComm::~SendComm() {
     if (!r.staging.close(registry_)) r.staging.keep();  // the inner may still read it
   }
   conn_.reset();  // joins the transport's helper threads, which may still read staging buffers
-  if (!staging_free) StagingPins::keep(std::move(gpu_));  // the inner may still read its staging
+  if (!staging_free) keep_reachable(std::move(gpu_));  // the inner may still read its staging
   gpu_.reset();   // returns its memory to the pools once the device has passed this close
   if (gpu_messages_) {
     ZIPCCL_INFO(NCCL_NET, "GPU path (send): %llu device messages, %llu sent as device-encoded frames",
@@ -225,9 +225,8 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, bool device, void
     return res;
   }
   if (compress && !r.staging.reserve(registry_, r.stage_bytes, &staging_refused_)) {
-    static std::atomic<bool> said{false};
-    ZIPCCL_LOG(said.exchange(true) ? NCCL_LOG_INFO : NCCL_LOG_WARN, NCCL_NET,
-               "no memory for %zu bytes of codec staging: the message goes uncompressed", r.stage_bytes);
+    ZIPCCL_WARN_FIRST(NCCL_NET, "no memory for %zu bytes of codec staging: the message goes uncompressed",
+                      r.stage_bytes);
     compress = false;
   }
   if (compress) {
