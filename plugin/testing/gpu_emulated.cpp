@@ -7,6 +7,9 @@
 // on a kernel fault (sticky: nothing after it runs, every call fails) or a failed launch, and every
 // call that may synchronise the device or load modules is counted (emulated_setup_calls), so the
 // tests catch an allocation or a module load on the data path, which the CPU cannot feel.
+// Several devices, as on an 8-GPU node: each thread has a current device (0 until it sets one, as in
+// CUDA), streams, events and allocations belong to a device, and the emulation applies CUDA's
+// documented rules for several devices (emulated_device_count() in gpu_emulated.h).
 #include "testing/gpu_emulated.h"
 
 #include <dlfcn.h>
@@ -14,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -22,6 +26,8 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <initializer_list>
+#include <map>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -37,6 +43,7 @@ namespace gpu {
 namespace {
 
 struct EmuStream {
+  int dev = 0;  // the device it was created on
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::pair<uint64_t, std::function<void()>>> work;  // (epoch, item)
@@ -85,28 +92,99 @@ void sync_call() {
 
 struct EmuEvent {
   EmuStream* stream;
+  int dev = 0;  // the device current at its creation (cudaEventCreate)
   uint64_t target = 0;
 };
+
+constexpr int kDevices = 8;  // an 8-GPU node
+
+// Several devices. CUDA's rules (Programming Guide, "Stream and Event Behavior"): a kernel launch
+// into a stream of another device than the current one fails; an event belongs to the device current
+// at its creation and cudaEventRecord fails on a stream of another device; copies, event queries and
+// frees succeed whatever the current device. Each thread starts on device 0, and the first runtime
+// call of a thread on a device initialises that device's context (memory on a GPU the process does
+// not use, and a refusal where GPUs are in exclusive-process mode): emulated_devices_touched().
+thread_local int t_device = 0;
+std::atomic<uint32_t> g_touched{0};   // bit d: some call ran with device d current
+std::atomic<uint32_t> g_prepared{0};  // bit d: prepare(d) ran (the kernels are loaded there)
+void touch(int dev) {
+  g_touched.fetch_or(1u << dev, std::memory_order_relaxed);
+}
+// A call that runs in the calling thread's current device's context.
+int in_context() {
+  touch(t_device);
+  return t_device;
+}
+
+// What the emulation allocated: device memory of a device, or pinned host memory (a device's host
+// pool's, accessible to that device's kernels only, as make_pool grants; or portable: every device's).
+// Memory it did not allocate (the tests' own buffers) counts as device 0's and is not checked.
+struct Block {
+  size_t size;
+  int dev;  // the owning device, or for host memory the device whose kernels may use it (-1: all)
+  bool host;
+};
+std::mutex g_blocks_mu;
+std::map<uintptr_t, Block>& g_blocks = *new std::map<uintptr_t, Block>;  // by base; never destroyed
+void add_block(const void* p, size_t n, int dev, bool host) {
+  std::lock_guard<std::mutex> lock(g_blocks_mu);
+  g_blocks[reinterpret_cast<uintptr_t>(p)] = Block{n, dev, host};
+}
+void remove_block(const void* p) {
+  std::lock_guard<std::mutex> lock(g_blocks_mu);
+  g_blocks.erase(reinterpret_cast<uintptr_t>(p));
+}
+bool find_block(const void* p, Block* out) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(g_blocks_mu);
+  auto it = g_blocks.upper_bound(a);
+  if (it == g_blocks.begin()) return false;
+  --it;
+  if (a >= it->first + std::max<size_t>(it->second.size, 1)) return false;
+  *out = it->second;
+  return true;
+}
 
 class EmulatedOps final : public DeviceOps {
  public:
   EmulatedOps() : delay_us_(emulation_settings().delay_us), fail_every_(emulation_settings().fail_every) {}
   const char* name() const override { return "host emulation (tests)"; }
-  int device_of(const void*) override { return 0; }
-  ncclResult_t make_current(int) override { return sticky("cudaSetDevice"); }
-  ncclResult_t prepare(int) override {
-    sync_call();  // module loads and cudaFuncSetAttribute: counted as synchronising
-    return sticky("prepare_device");
+  // cudaPointerGetAttributes: no context needed. Pinned host memory is not device memory (-1).
+  int device_of(const void* p) override {
+    Block b;
+    if (!find_block(p, &b)) return 0;
+    return b.host ? -1 : b.dev;
   }
-  ncclResult_t reserve_workspace(void*, size_t) override {
+  // cudaSetDevice initialises the device's primary context (CUDA 12).
+  ncclResult_t make_current(int dev) override {
+    if (dev < 0 || dev >= kDevices) {
+      ZIPCCL_WARN("cudaSetDevice(%d) failed: invalid device ordinal (the emulation has %d)", dev, kDevices);
+      return ncclUnhandledCudaError;
+    }
+    t_device = dev;
+    touch(dev);
+    return sticky("cudaSetDevice");
+  }
+  int current_device() override { return t_device; }
+  ncclResult_t prepare(int dev) override {
+    ZIPCCL_CHECK(make_current(dev));  // as the CUDA implementation's
+    sync_call();  // module loads and cudaFuncSetAttribute: counted as synchronising
+    ZIPCCL_CHECK(sticky("prepare_device"));
+    g_prepared.fetch_or(1u << dev);
+    return ncclSuccess;
+  }
+  // The CUDA implementation clears a new workspace with a kernel on the stream: a launch.
+  ncclResult_t reserve_workspace(void* stream, size_t) override {
     setup_call();
-    return sticky("cudaMalloc (workspace)");
+    return launch("cudaMalloc + init_workspace", stream, {}, false);
   }
 
-  ncclResult_t create_stream(int, void** stream) override {
+  ncclResult_t create_stream(int dev, void** stream) override {
+    ZIPCCL_CHECK(make_current(dev));  // as the CUDA implementation's
     setup_call();  // cudaStreamCreate: not in CUDA's implicit-synchronisation list
     g_streams_created.fetch_add(1, std::memory_order_relaxed);
     auto* s = new EmuStream;
+    s->dev = dev;
     s->thread = std::thread([s, this] { run(s); });
     {
       std::lock_guard<std::mutex> lock(g_streams_mu);
@@ -130,9 +208,10 @@ class EmulatedOps final : public DeviceOps {
     s->thread.join();  // drains the queue first, like cudaStreamSynchronize + destroy
     delete s;
   }
+  // On the current device, like cudaEventCreate (the stream argument is the interface's, unused there).
   ncclResult_t create_event(void* stream, void** event) override {
     setup_call();
-    *event = new EmuEvent{static_cast<EmuStream*>(stream)};
+    *event = new EmuEvent{static_cast<EmuStream*>(stream), in_context()};
     return ncclSuccess;
   }
   void destroy_event(void* event) override {
@@ -143,22 +222,30 @@ class EmulatedOps final : public DeviceOps {
   ncclResult_t alloc_device(size_t n, void** p) override {
     sync_call();
     ZIPCCL_CHECK(alloc(n, p));
+    add_block(*p, n, in_context(), false);
     if (auto* f = device_memory_listener()) f(*p, (n + 255) / 256 * 256);
     return ncclSuccess;
   }
   void free_device(void* p) override {
     sync_call();
+    in_context();
     synchronize_device();
     if (auto* f = device_memory_listener()) f(p, 0);
+    remove_block(p);
     std::free(p);
   }
   ncclResult_t alloc_host(size_t n, void** p) override {
     sync_call();
-    return alloc(n, p);
+    in_context();
+    ZIPCCL_CHECK(alloc(n, p));
+    add_block(*p, n, -1, true);  // cudaHostAllocPortable
+    return ncclSuccess;
   }
   void free_host(void* p) override {
     sync_call();
+    in_context();
     synchronize_device();
+    remove_block(p);
     std::free(p);
   }
   // The emulated dma-buf is a memfd as long as the exported range (host pages around [p, p + n)), so
@@ -182,27 +269,35 @@ class EmulatedOps final : public DeviceOps {
   }
   // Stream-ordered (cudaMallocFromPoolAsync, cudaFreeAsync): no synchronisation; the free runs in the
   // stream's order, after the work enqueued before it.
-  ncclResult_t alloc_device_async(void*, size_t n, void** p) override {
+  // From the pools of the stream's device: its device memory, or pinned host memory its kernels may use.
+  ncclResult_t alloc_device_async(void* stream, size_t n, void** p) override {
     setup_call();
+    in_context();
     ZIPCCL_CHECK(alloc(n, p));
+    add_block(*p, n, static_cast<EmuStream*>(stream)->dev, false);
     if (auto* f = device_memory_listener()) f(*p, (n + 255) / 256 * 256);
     return ncclSuccess;
   }
-  ncclResult_t alloc_host_async(void*, size_t n, void** p) override {
+  ncclResult_t alloc_host_async(void* stream, size_t n, void** p) override {
     setup_call();
-    return alloc(n, p);
+    in_context();
+    ZIPCCL_CHECK(alloc(n, p));
+    add_block(*p, n, static_cast<EmuStream*>(stream)->dev, true);
+    return ncclSuccess;
   }
   void free_async(void* stream, void* p) override {
     setup_call();
+    in_context();
     submit(stream, [p] {
       if (auto* f = device_memory_listener()) f(p, 0);  // a host block is unknown to it: ignored
+      remove_block(p);
       std::free(p);
     }, false);
   }
 
   ncclResult_t encode(void* stream, const void* src, size_t n, void* dst, size_t cap, codec::ElemType type,
                       int, Result* out) override {
-    ZIPCCL_CHECK(launch("encode_async"));
+    ZIPCCL_CHECK(launch("encode_async", stream, {src, dst, out}));
     bool fail = inject();
     submit(stream, [=] {
       {
@@ -229,7 +324,7 @@ class EmulatedOps final : public DeviceOps {
   }
   ncclResult_t decode(void* stream, const void* src, size_t n, void* dst, size_t cap, int,
                       Result* out) override {
-    ZIPCCL_CHECK(launch("decode_async"));
+    ZIPCCL_CHECK(launch("decode_async", stream, {src, dst, out}));
     bool fail = inject();
     submit(stream, [=] {
       size_t size = 0;
@@ -244,13 +339,15 @@ class EmulatedOps final : public DeviceOps {
     });
     return ncclSuccess;
   }
+  // Succeeds on a stream of another device than the current one (CUDA's rule for copies).
   ncclResult_t copy(void* stream, void* dst, const void* src, size_t n, Copy) override {
+    in_context();
     ZIPCCL_CHECK(sticky("cudaMemcpyAsync"));
     if (n) submit(stream, [=] { std::memcpy(dst, src, n); });
     return ncclSuccess;
   }
   ncclResult_t land_lines(void* stream, void* dst, const void* src, size_t n) override {
-    ZIPCCL_CHECK(sticky("launch_land_lines"));
+    ZIPCCL_CHECK(launch("launch_land_lines", stream, {src, dst}, false));
     submit(stream, [=] {
       line_order(n, [&](const Piece& p) {
         // The emulation only needs program order (one thread writes); the kernel uses __threadfence().
@@ -261,14 +358,23 @@ class EmulatedOps final : public DeviceOps {
     return ncclSuccess;
   }
   ncclResult_t record(void* stream, void* event) override {
+    in_context();
     ZIPCCL_CHECK(sticky("cudaEventRecord"));
     auto* s = static_cast<EmuStream*>(stream);
     auto* e = static_cast<EmuEvent*>(event);
+    if (e->dev != s->dev) {
+      ZIPCCL_WARN(
+          "cudaEventRecord failed: invalid resource handle (emulated: an event of GPU %d on a stream of "
+          "GPU %d)",
+          e->dev, s->dev);
+      return ncclUnhandledCudaError;
+    }
     std::lock_guard<std::mutex> lock(s->mu);
     e->target = s->submitted;
     return ncclSuccess;
   }
   ncclResult_t query(void* event, bool* done) override {
+    in_context();
     ZIPCCL_CHECK(sticky("cudaEventQuery"));
     auto* e = static_cast<EmuEvent*>(event);
     *done = e->stream->completed.load(std::memory_order_acquire) >= e->target;
@@ -285,10 +391,35 @@ class EmulatedOps final : public DeviceOps {
     });
     return ncclUnhandledCudaError;
   }
-  // A launch: fails when the device is faulted, or when a launch fault is armed and due.
-  static ncclResult_t launch(const char* call) {
+  // A kernel launch into `stream` on buffers `args`: fails when the device is faulted, when the stream
+  // is another device's than the current one, when an argument is memory its kernels cannot reach
+  // (another device's, or a host block another device's pool gave: no peer access is enabled; on a
+  // device the kernel would fault), or, for a codec kernel (`codec`), when a launch fault is armed and
+  // due. On a device whose kernels were never loaded (prepare), CUDA's lazy loading would load the
+  // module now, on the data path: counted as a synchronising call.
+  static ncclResult_t launch(const char* call, void* stream, std::initializer_list<const void*> args,
+                             bool codec = true) {
     ZIPCCL_CHECK(sticky(call));
-    if (g_fault_sticky.load()) return ncclSuccess;
+    const int dev = static_cast<EmuStream*>(stream)->dev, current = in_context();
+    if (dev != current) {
+      ZIPCCL_WARN(
+          "%s failed: invalid resource handle (emulated: a launch into a stream of GPU %d while GPU %d is "
+          "current)",
+          call, dev, current);
+      return ncclUnhandledCudaError;
+    }
+    for (const void* p : args) {
+      Block b;
+      if (find_block(p, &b) && b.dev >= 0 && b.dev != dev) {
+        ZIPCCL_WARN(
+            "%s failed (emulated): a kernel on GPU %d given %s memory of GPU %d at %p, which it cannot "
+            "reach (an illegal address on a device)",
+            call, dev, b.host ? "pinned host" : "device", b.dev, p);
+        return ncclUnhandledCudaError;
+      }
+    }
+    if (!(g_prepared.load() & (1u << dev))) sync_call();
+    if (!codec || g_fault_sticky.load()) return ncclSuccess;
     uint64_t left = g_fault_after.load();
     while (left != ~uint64_t{0} && !g_fault_after.compare_exchange_weak(left, left ? left - 1 : ~uint64_t{0})) {
     }
@@ -440,6 +571,15 @@ uint64_t emulated_setup_calls() { return g_setup_calls.load(); }
 uint64_t emulated_sync_calls() { return g_sync_calls.load(); }
 uint64_t emulated_streams_created() { return g_streams_created.load(); }
 uint64_t emulated_data_ops_done() { return g_data_ops_done.load(); }
+int emulated_device_count() {
+  return kDevices;
+}
+uint32_t emulated_devices_touched() {
+  return g_touched.load();
+}
+void emulated_forget_touched() {
+  g_touched.store(0);
+}
 
 void emulated_fault(uint64_t after, bool sticky) {
   std::unique_lock<std::mutex> run_lock(g_run_mu);

@@ -49,6 +49,18 @@ uint64_t emulated_data_ops_done();
 // once no stream operation is still running; a later call (the reset) waits for the same. `sticky` false: after `after` more encode/decode
 // launches, the next one fails at launch (not sticky). ~0 disarms.
 void emulated_fault(uint64_t after, bool sticky);
+// Several devices, as on an 8-GPU node: every thread starts on device 0 and make_current changes it;
+// streams, events and allocations belong to a device; a launch into a stream of a device other than
+// the current one, an event recorded on another device's stream, and a kernel given another device's
+// memory (or a host block from another device's pool) fail with a WARN, as on GPUs without peer access.
+// Memory the emulation did not allocate (the tests' own buffers) is device 0's.
+int emulated_device_count();
+// The devices (bit d for device d) on which a call ran since emulated_forget_touched(): on a GPU, the
+// contexts the process created. NCCL's threads make their rank's device current before calling the
+// plugin; a call on a thread that did not (the plugin's own, say) initialises device 0's context, which
+// takes memory on a GPU the rank does not use, and fails where GPUs are in exclusive-process mode.
+uint32_t emulated_devices_touched();
+void emulated_forget_touched();
 
 }  // namespace gpu
 }  // namespace net

@@ -46,13 +46,17 @@ namespace {
 // log while the process exits.
 std::mutex& g_log_mu = *new std::mutex;
 std::vector<std::string>& g_log = *new std::vector<std::string>;
+std::atomic<int> g_warns{0};
 void capture(ncclDebugLogLevel level, unsigned long, const char* file, int line, const char* fmt, ...) {
   char buf[1024];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  if (level == NCCL_LOG_WARN) std::fprintf(stderr, "[WARN %s:%d] %s\n", file, line, buf);
+  if (level == NCCL_LOG_WARN) {
+    std::fprintf(stderr, "[WARN %s:%d] %s\n", file, line, buf);
+    g_warns.fetch_add(1);
+  }
   std::lock_guard<std::mutex> lock(g_log_mu);
   g_log.push_back(buf);
 }
@@ -163,6 +167,64 @@ TEST(GpuPathEmulation, StreamOrderEventsAndCodec) {
   for (void* p : {frame, dev2, out}) ops->free_device(p);
   ops->free_host(host);
   ops->free_host(res_mem);
+}
+
+// The emulation applies CUDA's rules for several devices (gpu_emulated.h), so that the tests below can
+// fail where a process with several GPUs would.
+TEST(GpuPathEmulation, SeveralDevicesFollowCudasRules) {
+  if (!gpu::emulation_settings().enabled) GTEST_SKIP() << "emulation only";
+  set_logger(capture);
+  gpu::DeviceOps* ops = gpu::device_ops();
+  ASSERT_GE(gpu::emulated_device_count(), 3);
+  void *s1 = nullptr, *s2 = nullptr, *e1 = nullptr, *e2 = nullptr;
+  ASSERT_EQ(ops->create_stream(1, &s1), ncclSuccess);
+  EXPECT_EQ(ops->current_device(), 1);  // create_stream makes its device current, as cudaSetDevice does
+  ASSERT_EQ(ops->create_event(s1, &e1), ncclSuccess);
+  ASSERT_EQ(ops->create_stream(2, &s2), ncclSuccess);
+  ASSERT_EQ(ops->create_event(s2, &e2), ncclSuccess);
+  ASSERT_EQ(ops->prepare(1), ncclSuccess);
+  ASSERT_EQ(ops->prepare(2), ncclSuccess);
+  const size_t n = 64 << 10, cap = zipccl::codec::max_encoded_size(n);
+  void *in1 = nullptr, *frame1 = nullptr, *res1 = nullptr, *in2 = nullptr;
+  ASSERT_EQ(ops->alloc_device_async(s1, n, &in1), ncclSuccess);
+  ASSERT_EQ(ops->alloc_device_async(s1, cap, &frame1), ncclSuccess);
+  ASSERT_EQ(ops->alloc_host_async(s1, sizeof(gpu::Result), &res1), ncclSuccess);
+  ASSERT_EQ(ops->alloc_device_async(s2, n, &in2), ncclSuccess);
+  EXPECT_EQ(ops->device_of(in1), 1);
+  EXPECT_EQ(ops->device_of(in2), 2);
+  EXPECT_EQ(ops->device_of(res1), -1) << "pinned host memory is no device's";
+  std::vector<uint8_t> src = make_data(DataKind::kBf16Gauss, n, 4);
+  auto* res = static_cast<gpu::Result*>(res1);
+  const auto bf16 = zipccl::codec::ElemType::kBf16;
+  ASSERT_EQ(ops->make_current(2), ncclSuccess);
+  EXPECT_NE(ops->encode(s1, in1, n, frame1, cap, bf16, 0, res), ncclSuccess)
+      << "a launch into GPU 1's stream from GPU 2";
+  EXPECT_NE(ops->record(s1, e2), ncclSuccess) << "GPU 2's event recorded on GPU 1's stream";
+  EXPECT_EQ(ops->copy(s1, in1, src.data(), n, gpu::Copy::kHostToDevice), ncclSuccess) << "copies go anywhere";
+  ASSERT_EQ(ops->make_current(1), ncclSuccess);
+  EXPECT_NE(ops->encode(s1, in2, n, frame1, cap, bf16, 0, res), ncclSuccess)
+      << "GPU 2's memory in GPU 1's kernel";
+  void* res2 = nullptr;
+  ASSERT_EQ(ops->alloc_host_async(s2, sizeof(gpu::Result), &res2), ncclSuccess);
+  EXPECT_NE(ops->encode(s1, in1, n, frame1, cap, bf16, 0, static_cast<gpu::Result*>(res2)), ncclSuccess)
+      << "pinned memory of GPU 2's pool in GPU 1's kernel";
+  gpu::result_clear(res);
+  ASSERT_EQ(ops->encode(s1, in1, n, frame1, cap, bf16, 0, res), ncclSuccess);
+  ASSERT_EQ(ops->record(s1, e1), ncclSuccess);
+  bool done = false;
+  while (!done) ASSERT_EQ(ops->query(e1, &done), ncclSuccess);
+  EXPECT_TRUE(gpu::result_ready(res));
+  EXPECT_EQ(res->status, 0);
+  EXPECT_EQ(ops->make_current(gpu::emulated_device_count()), ncclUnhandledCudaError);
+  gpu::emulated_forget_touched();
+  ASSERT_EQ(ops->query(e2, &done), ncclSuccess);
+  EXPECT_EQ(gpu::emulated_devices_touched(), 1u << 1) << "a call runs in the current device's context";
+  for (void* p : {in1, frame1, res1}) ops->free_async(s1, p);
+  for (void* p : {in2, res2}) ops->free_async(s2, p);
+  ops->destroy_event(e1);
+  ops->destroy_event(e2);
+  ops->destroy_stream(s1);
+  ops->destroy_stream(s2);
 }
 
 // A poll that finds its event not ready leaves nothing behind for the next launch on the same thread:
@@ -315,13 +377,14 @@ struct Outcome {
 };
 
 // Device buffers through the device operations under test (host memory in the emulation, cudaMalloc
-// on a GPU), filled and read back on a scratch stream of their own.
+// on a GPU), filled and read back on a scratch stream of their own, on device `dev` (made current on
+// the calling thread by the constructor and by upload()).
 class DeviceMem {
  public:
-  DeviceMem() : ops_(gpu::device_ops()) {
+  explicit DeviceMem(int dev = 0) : ops_(gpu::device_ops()), dev_(dev) {
     if (!ops_) return;
-    ops_->make_current(0);
-    ops_->create_stream(0, &stream_);
+    ops_->make_current(dev);
+    ops_->create_stream(dev, &stream_);
     ops_->create_event(stream_, &event_);
   }
   ~DeviceMem() {
@@ -332,7 +395,9 @@ class DeviceMem {
   }
   void* upload(const uint8_t* p, size_t n) {
     void* d = nullptr;
-    if (ops_->alloc_device(std::max<size_t>(n, 1), &d) != ncclSuccess) return nullptr;
+    if (ops_->make_current(dev_) != ncclSuccess ||
+        ops_->alloc_device(std::max<size_t>(n, 1), &d) != ncclSuccess)
+      return nullptr;
     bufs_.push_back(d);
     ops_->copy(stream_, d, p, n, gpu::Copy::kHostToDevice);
     sync();
@@ -353,6 +418,7 @@ class DeviceMem {
     return true;
   }
   gpu::DeviceOps* ops_;
+  int dev_;
   void* stream_ = nullptr;
   void* event_ = nullptr;
   std::vector<void*> bufs_;
@@ -362,50 +428,81 @@ Outcome exchange(SendComm& send, RecvComm& recv, DeviceMem& mem, const std::vect
                  std::vector<std::vector<uint8_t>>& dst, const std::vector<void*>& sbuf, const std::vector<void*>& rbuf,
                  int window, bool device_send, bool device_recv, bool mark_odd, size_t kGuard);
 
+// C++17 has no std::barrier.
+class Meeting {
+ public:
+  explicit Meeting(int parties) : parties_(parties) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t round = round_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++round_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return round_ != round; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int parties_, arrived_ = 0;
+  uint64_t round_ = 0;
+};
+
 // Sends msgs[i] device-typed (or host, per `device`) with up to `window` in flight per side, checks
 // every completed receive immediately (a completion before the decode shows as wrong bytes).
-// after_regmr runs between the registrations and the first message (fault injection).
+// after_regmr runs between the registrations and the first message (fault injection). The sender's
+// device buffers are on GPU send_dev, the receiver's on recv_dev; the calling thread's current device
+// is left as it was after the buffers are made. With `meet` (threads running pipelines at once), it is
+// waited for after the registrations and after the traffic, so that every thread's count of setup calls
+// between the two sees no other thread's registration or close.
 Outcome run_pipeline(const std::vector<std::vector<uint8_t>>& msgs, int window, bool device_send,
-                     bool device_recv, bool mark_odd, const std::function<void()>& after_regmr = nullptr) {
+                     bool device_recv, bool mark_odd, const std::function<void()>& after_regmr = nullptr,
+                     int send_dev = 0, int recv_dev = 0, Meeting* meet = nullptr) {
   set_logger(capture);
   // Destroyed in reverse: the comms first (their close waits for their streams), then the scratch
-  // stream's buffers, then the host buffers every stream may still be writing into.
+  // streams' buffers, then the host buffers every stream may still be writing into.
   const size_t kGuard = 64;
   std::vector<std::vector<uint8_t>> dst(msgs.size());
-  DeviceMem mem;
+  const int current = gpu::device_ops()->current_device();
+  DeviceMem send_mem(send_dev), recv_mem(recv_dev);
   Wire wire;
   DeviceInfo dev;
   dev.name = "fake";
   SendComm send(new FakeSend(&wire), dev);
   RecvComm recv(new FakeRecv(&wire), dev);
+  Outcome out;
   for (size_t i = 0; i < msgs.size(); ++i) dst[i].assign(msgs[i].size() + 100 + kGuard, 0xA5);
   std::vector<void*> sbuf(msgs.size()), rbuf(msgs.size());
-  for (size_t i = 0; i < msgs.size(); ++i) {
-    sbuf[i] = device_send ? mem.upload(msgs[i].data(), msgs[i].size()) : const_cast<uint8_t*>(msgs[i].data());
-    rbuf[i] = device_recv ? mem.upload(dst[i].data(), dst[i].size()) : dst[i].data();
-    if ((device_send && !sbuf[i]) || (device_recv && !rbuf[i])) {
-      Outcome o;
-      o.error = "device allocation failed";
-      return o;
-    }
+  for (size_t i = 0; i < msgs.size() && out.error.empty(); ++i) {
+    sbuf[i] =
+        device_send ? send_mem.upload(msgs[i].data(), msgs[i].size()) : const_cast<uint8_t*>(msgs[i].data());
+    rbuf[i] = device_recv ? recv_mem.upload(dst[i].data(), dst[i].size()) : dst[i].data();
+    if ((device_send && !sbuf[i]) || (device_recv && !rbuf[i])) out.error = "device allocation failed";
   }
+  gpu::device_ops()->make_current(current);
   // regMr: everything device messages need is allocated here, nothing from here to close.
-  for (size_t i = 0; i < msgs.size(); ++i) {
+  for (size_t i = 0; i < msgs.size() && out.error.empty(); ++i) {
     if ((device_send && send.reserve_device(sbuf[i], msgs[i].size()) != ncclSuccess) ||
         (device_recv && recv.reserve_device(rbuf[i], dst[i].size() - kGuard) != ncclSuccess)) {
-      Outcome o;
-      o.error = "regMr failed";
-      return o;
+      out.error = "regMr failed";
     }
   }
+  if (meet) meet->wait();
   const bool counted = gpu::emulation_settings().enabled;
   const uint64_t setup_calls = counted ? gpu::emulated_setup_calls() : 0;
   if (after_regmr) after_regmr();
-  Outcome out = exchange(send, recv, mem, msgs, dst, sbuf, rbuf, window, device_send, device_recv, mark_odd, kGuard);
+  if (out.error.empty()) {
+    out = exchange(send, recv, recv_mem, msgs, dst, sbuf, rbuf, window, device_send, device_recv, mark_odd,
+                   kGuard);
+  }
   if (out.error.empty() && counted && gpu::emulated_setup_calls() != setup_calls) {
     out.error = std::to_string(gpu::emulated_setup_calls() - setup_calls) +
                 " allocation/stream/event/module calls between regMr and close";
   }
+  if (meet) meet->wait();
   return out;
 }
 
@@ -822,6 +919,61 @@ TEST_F(GpuPathPipeline, HugeRegistrationAllocatesNoStaging) {
   RecvComm recv(new FakeRecv(&wire), dev);
   EXPECT_EQ(send.reserve_device(d, huge), ncclInvalidUsage);
   EXPECT_EQ(recv.reserve_device(d, huge), ncclInvalidUsage);
+}
+
+// ---- several GPUs in one process (a JAX process drives all of its node's GPUs; a torchrun rank uses
+// GPU <local rank>, never GPU 0's context) ----
+
+class GpuPathDevices : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu::emulation_settings().enabled) GTEST_SKIP() << "the emulation's several devices";
+    if (gpu::emulation_settings().fail_every != 0) GTEST_SKIP() << "run without failure injection";
+    set_logger(capture);
+    gpu::device_ops();  // its WARN that the emulation is in use comes before the count
+    warns_ = g_warns.load();
+  }
+  // No WARN: a call refused for its device at close fails nothing the test sees, but leaves the comm's
+  // staging allocated for the rest of the process; the WARN is its only trace.
+  void TearDown() override {
+    if (!IsSkipped()) {
+      EXPECT_EQ(g_warns.load(), warns_) << "WARNs logged (above)";
+    }
+  }
+  int warns_ = 0;
+};
+
+// Two ranks of one process on GPUs 1 and 2, each on its own thread with its device current (NCCL's
+// proxy threads call cudaSetDevice first), moving messages at the same time: each device's path is
+// set up at its rank's first regMr (kernels loaded there: a launch on a device whose kernels were
+// never loaded would load them on the data path), bit-exact, no setup call between the regMr and the
+// close, and no call ever made in GPU 0's context (on a node, memory taken on a GPU no rank of the
+// process uses; a refusal where GPUs are in exclusive-process mode).
+TEST_F(GpuPathDevices, EachRankOnItsOwnGpu) {
+  const std::vector<int> gpus = {1, 2};
+  Meeting meet(static_cast<int>(gpus.size()));
+  std::vector<Outcome> outs(gpus.size());
+  gpu::emulated_forget_touched();
+  std::vector<std::thread> ranks;
+  for (size_t k = 0; k < gpus.size(); ++k) {
+    ranks.emplace_back([&, k] {
+      gpu::device_ops()->make_current(gpus[k]);
+      outs[k] =
+          run_pipeline(mixed_messages(30, 70 + k), 8, true, true, false, nullptr, gpus[k], gpus[k], &meet);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (size_t k = 0; k < gpus.size(); ++k) EXPECT_EQ(outs[k].error, "") << "the rank on GPU " << gpus[k];
+  EXPECT_EQ(gpu::emulated_devices_touched(), (1u << 1) | (1u << 2))
+      << "contexts the process created (bit = GPU)";
+}
+
+// One thread driving a sender on GPU 1 and a receiver on GPU 2: stricter than NCCL (a proxy thread
+// serves one device), so the plugin never relies on the calling thread's current device for a launch.
+// The receiver's decodes are launched from test(), after the sender's isend made GPU 1 current.
+TEST_F(GpuPathDevices, SenderOnOneGpuReceiverOnAnotherFromOneThread) {
+  gpu::device_ops()->make_current(1);
+  EXPECT_EQ(run_pipeline(mixed_messages(30, 80), 8, true, true, false, nullptr, 1, 2).error, "");
 }
 
 // Registered with ZIPCCL_GPU_EMULATE_FAIL_EVERY: a failing device encode sends raw (the data still

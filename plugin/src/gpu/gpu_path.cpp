@@ -332,11 +332,14 @@ Channel::~Channel() {
     }
   }
   // The comm's work may still run on both streams (a request NCCL stopped waiting for): its memory is
-  // freed only after both have passed this point.
+  // freed only after both have passed this point. The events are the device's (an event is created on
+  // the current device, and recording it on another device's stream fails): the thread that closes
+  // may have another device current.
   std::lock_guard<std::mutex> lock(g_streams_mu);
   DeviceStreams* d = device_streams(dev_);
-  if (ops_->create_event(stream_, &r.codec_event) != ncclSuccess ||
-      ops_->create_event(copy_stream_, &r.copy_event) != ncclSuccess || ops_->record(stream_, r.codec_event) != ncclSuccess ||
+  if (ops_->make_current(dev_) != ncclSuccess || ops_->create_event(stream_, &r.codec_event) != ncclSuccess ||
+      ops_->create_event(copy_stream_, &r.copy_event) != ncclSuccess ||
+      ops_->record(stream_, r.codec_event) != ncclSuccess ||
       ops_->record(copy_stream_, r.copy_event) != ncclSuccess) {
     ZIPCCL_INFO(NCCL_NET, "GPU path: a closed connection's %zu staging blocks stay allocated (the device failed)",
                 r.blocks.size());
@@ -358,6 +361,12 @@ ncclResult_t Channel::bind(int dev) {
     return ncclInternalError;
   }
   return ops_->make_current(dev);
+}
+
+ncclResult_t Channel::make_current() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dev_ < 0) return ncclInternalError;  // a device message always comes after a regMr (reserve)
+  return ops_->make_current(dev_);
 }
 
 // Two messages' worth per kind: the bump allocator restarts only when no region is out, so a

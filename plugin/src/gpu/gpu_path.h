@@ -249,6 +249,9 @@ class Channel {
   }
   // Makes the bound device current on the calling thread, checking that `dev` is it.
   ncclResult_t bind(int dev);
+  // Makes the bound device current: before a launch from test(), whose thread's current device the
+  // plugin does not choose (a launch into a stream of another device fails).
+  ncclResult_t make_current();
   enum class Buf { kHost, kDevice, kLand };
   // Slot's region of arena `which`, at least n bytes: taken at the first call of a request, the same
   // region afterwards. *p is null when the arena is busy now (try later); an error when n exceeds

@@ -343,6 +343,7 @@ void RecvComm::start_decode(Req* r, Seg* g, const void* src) {
 // the line-ordered copy of the segment's range (segments are multiples of 4 KiB, so no 128-byte line
 // is split). One event after the last segment's work completes them all.
 ncclResult_t RecvComm::start_device_segment(Req* r, Seg* g, size_t j, const void* src) {
+  ZIPCCL_CHECK(gpu_->make_current());
   gpu::DeviceOps* ops = gpu_->ops();
   void* stream = gpu_->stream();
   int slot = static_cast<int>(r - reqs_.data());
