@@ -105,6 +105,23 @@ constexpr size_t kMaxCapacity = 1 << 20;
 
 }  // namespace
 
+// Where each transport message of an input starts (its header) and its payload's length: the input's
+// format, for fuzz_recv_one and for the replay's mutations.
+std::vector<std::pair<size_t, size_t>> fuzz_recv_messages(const uint8_t* data, size_t size) {
+  std::vector<std::pair<size_t, size_t>> out;
+  if (size < 1) return out;
+  const uint8_t* const end = data + size;
+  const uint8_t* p = data + std::min<size_t>(size, 1 + 4 * (1 + data[0] % 4));
+  while (end - p >= static_cast<ptrdiff_t>(kMetaBytes)) {
+    const size_t at = static_cast<size_t>(p - data);
+    p += kMetaBytes;
+    const size_t len = std::min<size_t>(read32(p, end), static_cast<size_t>(end - p));
+    out.emplace_back(at, len);
+    p += len;
+  }
+  return out;
+}
+
 // One input; *received (when set) gets the bytes of each receive that completed, in order.
 void fuzz_recv_one(const uint8_t* data, size_t size, std::vector<std::vector<uint8_t>>* received) {
   (void)g_env;
@@ -116,13 +133,11 @@ void fuzz_recv_one(const uint8_t* data, size_t size, std::vector<std::vector<uin
   std::vector<size_t> capacity(receives);
   for (size_t& c : capacity) c = read32(p, end) % (kMaxCapacity + 1);
   std::vector<Message> msgs;
-  while (end - p >= static_cast<ptrdiff_t>(kMetaBytes)) {
+  for (const auto& [at, len] : fuzz_recv_messages(data, size)) {
     Message m;
-    std::memcpy(m.meta, p, kMetaBytes);
-    p += kMetaBytes;
-    const size_t len = std::min<size_t>(read32(p, end), static_cast<size_t>(end - p));
-    m.payload.assign(p, p + len);
-    p += len;
+    std::memcpy(m.meta, data + at, kMetaBytes);
+    const uint8_t* payload = data + std::min(size, at + kMetaBytes + 4);
+    m.payload.assign(payload, payload + len);
     msgs.push_back(std::move(m));
   }
   auto* conn = new WireConn(std::move(msgs));

@@ -18,6 +18,7 @@
 #include "transport.h"
 
 void fuzz_recv_one(const uint8_t* data, size_t size, std::vector<std::vector<uint8_t>>* received);
+std::vector<std::pair<size_t, size_t>> fuzz_recv_messages(const uint8_t* data, size_t size);
 
 using namespace zipccl::net;
 using zipccl_test::DataKind;
@@ -122,13 +123,7 @@ std::vector<Seed> seeds() {
 // Offsets of the transport messages' headers in an input.
 std::vector<size_t> headers(const std::vector<uint8_t>& in) {
   std::vector<size_t> at;
-  size_t p = 1 + 4 * (1 + in[0] % 4);
-  while (p + kMetaBytes + 4 <= in.size()) {
-    at.push_back(p);
-    uint32_t len = 0;
-    std::memcpy(&len, &in[p + kMetaBytes], 4);
-    p += kMetaBytes + 4 + len;
-  }
+  for (const auto& m : fuzz_recv_messages(in.data(), in.size())) at.push_back(m.first);
   return at;
 }
 
