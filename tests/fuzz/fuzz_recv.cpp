@@ -7,9 +7,12 @@
 // Input: [u8 r][u32 capacity] x (1 + r % 4), then messages [32-byte header][u32 length][payload]
 // until the input ends (a payload shorter than its length takes what is left). Each capacity is
 // reduced modulo 1 MiB + 1. The receives are posted one after another, each driven until it
-// completes, fails, or has consumed every message and waits for more. With bit 7 of r set they are
-// device receives (registered first, as NCCL's regMr does) through the GPU path on the host emulation
-// (plugin/testing), whose decodes are the CPU codec's on the emulated stream.
+// completes, fails, or has consumed every message and waits for more; with bit 6 of r set they are
+// posted at once, as one grouped irecv (receive i takes tag i, as an inner plugin's grouped receives
+// do; the stand-in delivers in input order, and a message whose tag is not its receive's fails it).
+// With bit 7 set they are device receives (registered first, as NCCL's regMr does) through the GPU
+// path on the host emulation (plugin/testing), whose decodes are the CPU codec's on the emulated
+// stream.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -65,19 +68,29 @@ class WireConn final : public RecvConn {
     *done = true;
     return ncclSuccess;
   }
+  // A grouped irecv's receives take the messages in the order posted (the stand-in matches no tags).
+  int max_group() const override { return kMaxRecvs; }
+  ncclResult_t post_group(int, void* const*, const size_t*, const size_t*, const int*) override {
+    return ncclSuccess;
+  }
   bool exhausted() const { return next_ >= msgs_.size(); }
-  // Whether the messages consumed since `from` make a whole message for a receive of `capacity`
-  // bytes, by the receive side's own rules (frame.h): if so the receive must complete or fail; if not,
-  // it waits for more.
-  bool whole_since(size_t from, size_t capacity) const {
-    Assembly a;
-    a.reset(capacity);
-    for (size_t k = from; k < next_; ++k) {
-      FrameMeta m;
-      std::memcpy(&m, msgs_[k].meta, sizeof m);
-      if (a.accept(m, msgs_[k].payload.size())) return false;
+  // Whether the messages consumed since `from` make a whole message for each of n receives of
+  // capacity[0..n), in turn, by the receive side's own rules (frame.h): if so the receives must
+  // complete or fail; if not, they wait for more.
+  bool whole_since(size_t from, const size_t* capacity, size_t n) const {
+    size_t k = from;
+    for (size_t i = 0; i < n; ++i) {
+      Assembly a;
+      a.reset(capacity[i]);
+      while (!a.complete) {
+        if (k >= next_) return false;
+        FrameMeta m;
+        std::memcpy(&m, msgs_[k].meta, sizeof m);
+        if (a.accept(m, msgs_[k].payload.size())) return false;
+        ++k;
+      }
     }
-    return a.complete;
+    return true;
   }
   size_t consumed() const { return next_; }
 
@@ -128,7 +141,7 @@ void fuzz_recv_one(const uint8_t* data, size_t size, std::vector<std::vector<uin
   if (size < 1) return;
   const uint8_t* p = data;
   const uint8_t* const end = data + size;
-  const bool device = (*p & 0x80) != 0;
+  const bool device = (*p & 0x80) != 0, grouped = (*p & 0x40) != 0;
   const size_t receives = 1 + *p++ % 4;
   std::vector<size_t> capacity(receives);
   for (size_t& c : capacity) c = read32(p, end) % (kMaxCapacity + 1);
@@ -143,41 +156,59 @@ void fuzz_recv_one(const uint8_t* data, size_t size, std::vector<std::vector<uin
   auto* conn = new WireConn(std::move(msgs));
   DeviceInfo dev;
   dev.name = "fuzz";
+  dev.max_recvs = kMaxRecvs;
   std::vector<std::unique_ptr<uint8_t[]>> bufs;
+  for (size_t c : capacity) {
+    bufs.emplace_back(new uint8_t[c + kGuard]);
+    std::memset(bufs.back().get(), kGuardByte, c + kGuard);
+  }
   {
     RecvComm comm(conn, dev);  // owns conn
-    for (size_t i = 0; i < receives; ++i) {
-      bufs.emplace_back(new uint8_t[capacity[i] + kGuard]);
-      uint8_t* buf = bufs.back().get();
-      std::memset(buf, kGuardByte, capacity[i] + kGuard);
-      const size_t first = conn->consumed();  // irecv may already take this receive's messages
+    // Receives [i, i + n) in one irecv: all of them grouped, else one at a time.
+    for (size_t i = 0, n = grouped ? receives : 1; i < receives; i += n) {
+      void* buf[kMaxRecvs];
+      int tag[kMaxRecvs];
+      bool on_device[kMaxRecvs];
+      for (size_t k = 0; k < n; ++k) {
+        buf[k] = bufs[i + k].get();
+        tag[k] = static_cast<int>(i + k);
+        on_device[k] = device;
+        if (device && comm.reserve_device(buf[k], capacity[i + k]) != ncclSuccess) {
+          fail("regMr of device memory failed", i + k);
+        }
+      }
+      const size_t first = conn->consumed();  // irecv may already take these receives' messages
       void* req = nullptr;
-      if (device && comm.reserve_device(buf, capacity[i]) != ncclSuccess)
-        fail("regMr of device memory failed", i);
-      if (comm.irecv(buf, capacity[i], 0, device, false, &req) != ncclSuccess) break;
+      if (comm.irecv(static_cast<int>(n), buf, &capacity[i], tag, on_device, false, nullptr, &req) !=
+          ncclSuccess) {
+        break;
+      }
       if (!req) fail("irecv handed back no request with every slot free", i);
       // Every op completes at once; only the decodes take time. 10 s without an outcome is a hang,
-      // unless every message is consumed and they do not make a whole message: then the receive
-      // rightly waits for more, and the comm closes with it posted.
+      // unless every message is consumed and they do not make a whole message for each receive: then
+      // they rightly wait for more, and the comm closes with them posted.
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      int done = 0;
-      size_t got = 0;
+      int done = 0, count = 0;
+      size_t got[kMaxRecvs] = {};
       bool failed = false;
       while (!done) {
-        if (comm.test(req, &done, &got) != ncclSuccess) {
+        if (comm.test(req, &done, got, &count) != ncclSuccess) {
           failed = true;
           break;
         }
         if (done) break;
-        if (conn->exhausted() && !conn->whole_since(first, capacity[i])) break;  // waits for data
+        if (conn->exhausted() && !conn->whole_since(first, &capacity[i], n)) break;  // waits for data
         if (std::chrono::steady_clock::now() > deadline) fail("neither complete nor failed after 10 s", i);
         std::this_thread::yield();
       }
-      if (done && got > capacity[i]) fail("reported more bytes than the posted buffer holds", i);
-      if (done && received) received->emplace_back(buf, buf + got);
+      if (done && static_cast<size_t>(count) != n) fail("completed with another number of receives", i);
+      for (size_t k = 0; done && k < n; ++k) {
+        if (got[k] > capacity[i + k]) fail("reported more bytes than the posted buffer holds", i + k);
+        if (received) received->emplace_back(bufs[i + k].get(), bufs[i + k].get() + got[k]);
+      }
       if (failed || !done) break;  // a failed comm is not used again; a waiting one cannot go on
     }
-  }  // close, with the last receive possibly in flight
+  }  // close, with the last receives possibly in flight
   for (size_t i = 0; i < bufs.size(); ++i) {
     for (size_t k = capacity[i]; k < capacity[i] + kGuard; ++k) {
       if (bufs[i][k] != kGuardByte) fail("wrote past the posted buffer", i);

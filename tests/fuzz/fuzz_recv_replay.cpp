@@ -77,9 +77,12 @@ std::vector<uint8_t> wire_of(const std::vector<std::vector<uint8_t>>& msgs,
     DeviceInfo dev;
     dev.name = "seed";
     SendComm send(new Capture(&posted), dev);
-    for (const auto& m : msgs) {
+    for (size_t k = 0; k < msgs.size(); ++k) {  // message k with tag k: a grouped receive's k-th takes it
       void* req = nullptr;
-      while (!req) EXPECT_EQ(send.isend(const_cast<uint8_t*>(m.data()), m.size(), 0, &req), ncclSuccess);
+      while (!req) {
+        EXPECT_EQ(send.isend(const_cast<uint8_t*>(msgs[k].data()), msgs[k].size(), static_cast<int>(k), &req),
+                  ncclSuccess);
+      }
       int done = 0;
       size_t size = 0;
       while (!done) EXPECT_EQ(send.test(req, &done, &size), ncclSuccess);
@@ -110,12 +113,19 @@ std::vector<Seed> seeds() {
       {{std::vector<uint8_t>()}, {0}},
       {{make_data(DataKind::kBf16Gauss, 100000, 5), make_data(DataKind::kFp16Gauss, 3000, 6)},
        {100000, 3000}},
+      {{make_data(DataKind::kFp16Gauss, 9000, 7), make_data(DataKind::kRandom, 300, 8),
+        make_data(DataKind::kBf16Gauss, 150000, 9)},
+       {9000, 4096, 150000}},
   };
   std::vector<Seed> out;
   for (const auto& c : cases) {
-    out.push_back(Seed{c.first, wire_of(c.first, c.second)});
-    out.push_back(out.back());
-    out.back().input[0] |= 0x80;  // the same wire into device receives
+    const Seed seed{c.first, wire_of(c.first, c.second)};
+    // Host and device receives, one at a time and, with several, grouped in one irecv.
+    for (uint8_t mode : {0x00, 0x80, 0x40, 0xC0}) {
+      if ((mode & 0x40) && c.second.size() < 2) continue;
+      out.push_back(seed);
+      out.back().input[0] |= mode;
+    }
   }
   return out;
 }
