@@ -205,4 +205,15 @@ TEST(FuzzRecvReplay, MutatedWireIsAnErrorOrArrivesNeverACrash) {
   EXPECT_GT(other, 0u);
 }
 
+// Inputs a libFuzzer run of fuzz_recv found, each for a defect fixed since (the entry point aborts
+// where it would come back).
+TEST(FuzzRecvReplay, WhatTheFuzzerFound) {
+  // Four device receives in one grouped irecv (0xff: device, grouped, four), of 8, 0, 0 and 0 bytes:
+  // their staging regions together did not fit the arenas the comm's registrations made (twice the
+  // largest), so irecv handed back no request, every time: NCCL would have retried for ever. Now an
+  // error with a WARN.
+  const uint8_t group_larger_than_staging[] = {0xff, 0x08, 0x00, 0x00, 0x00};
+  fuzz_recv_one(group_larger_than_staging, sizeof group_larger_than_staging, nullptr);
+}
+
 }  // namespace

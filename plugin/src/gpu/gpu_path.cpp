@@ -290,14 +290,23 @@ ncclResult_t self_test(DeviceOps* ops, int dev, std::string* why) {
   return ok ? ncclSuccess : ncclUnhandledCudaError;
 }
 
+bool Channel::holds_regions() const {
+  for (const Slot& s : slots_) {
+    for (const Region& r : s.buf) {
+      if (r.p) return true;
+    }
+  }
+  return false;
+}
+
+bool Channel::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !holds_regions();
+}
+
 void Channel::drain() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (dev_ < 0) return;
-  bool in_flight = false;
-  for (const Slot& s : slots_) {
-    for (const Region& r : s.buf) in_flight = in_flight || r.p;
-  }
-  if (!in_flight) return;
+  if (dev_ < 0 || !holds_regions()) return;
   if (ops_->record(stream_, drain_events_[0]) != ncclSuccess ||
       ops_->record(copy_stream_, drain_events_[1]) != ncclSuccess) {
     return;  // the device failed (CUDA's errors from kernels are sticky): it runs nothing any more

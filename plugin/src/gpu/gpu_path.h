@@ -259,6 +259,9 @@ class Channel {
   ncclResult_t buffer(int slot, Buf which, size_t n, void** p);
   // Returns the slot's regions (its request completed).
   void release(int slot);
+  // No slot holds a region: every arena is empty, and buffer() starts each at its beginning. What
+  // finds no room then (a grouped receive's regions together) never will.
+  bool idle() const;
   // At close, before NCCL's and the user's buffers may be freed: waits until the device has run all
   // this comm's work, when a request still holds staging (one NCCL stopped waiting for after an error
   // or an abort; a completed request's work has all finished). Not a device-wide synchronisation:
@@ -302,6 +305,7 @@ class Channel {
     std::vector<void*> seg_events;  // on the copy stream
   };
   ncclResult_t grow(int kind, size_t cap);
+  bool holds_regions() const;  // caller holds mu_
   mutable std::mutex mu_;  // reserve() (service thread) against the data path (progress thread)
   DeviceOps* ops_;
   std::vector<Slot> slots_;

@@ -112,6 +112,9 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
     }
   }
   if (free_.size() < static_cast<size_t>(n)) return ncclSuccess;  // no request: NCCL retries
+  // Busy with every staging arena empty is for ever: n device receives whose regions together exceed
+  // what this comm's registrations staged (arenas of twice the largest). An error, never a retry loop.
+  const bool idle = gpu_ && gpu_->idle();
   int idx[kMaxRecvs];
   void* targets[kMaxRecvs];
   size_t staged[kMaxRecvs];
@@ -130,6 +133,15 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
   }
   if (res != ncclSuccess || busy) {
     for (int i = taken - 1; i >= 0; --i) unclaim(&reqs_[idx[i]]);
+    if (busy && idle) {
+      size_t total = 0;
+      for (int i = 0; i < n; ++i) total += sizes[i];
+      ZIPCCL_WARN(
+          "irecv of %d grouped device receives (%zu bytes in all): their staging does not fit what this "
+          "comm's device registrations staged (twice the largest), so they could never be posted",
+          n, total);
+      res = ncclInternalError;
+    }
     if (res != ncclSuccess) failed_ = true;
     return res;  // busy: no request, NCCL retries
   }
