@@ -112,9 +112,6 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
     }
   }
   if (free_.size() < static_cast<size_t>(n)) return ncclSuccess;  // no request: NCCL retries
-  // Busy with every staging arena empty is for ever: n device receives whose regions together exceed
-  // what this comm's registrations staged (arenas of twice the largest). An error, never a retry loop.
-  const bool idle = gpu_ && gpu_->idle();
   int idx[kMaxRecvs];
   void* targets[kMaxRecvs];
   size_t staged[kMaxRecvs];
@@ -133,7 +130,11 @@ ncclResult_t RecvComm::irecv(int n, void* const* data, const size_t* sizes, cons
   }
   if (res != ncclSuccess || busy) {
     for (int i = taken - 1; i >= 0; --i) unclaim(&reqs_[idx[i]]);
-    if (busy && idle) {
+    // Busy, and with this group's regions given back no region is held: the attempt started in empty
+    // arenas (regions are taken and returned only on this thread), so it never succeeds: n device
+    // receives whose regions together exceed what this comm's registrations staged (arenas of twice
+    // the largest). An error, never a retry loop.
+    if (busy && gpu_->idle()) {
       size_t total = 0;
       for (int i = 0; i < n; ++i) total += sizes[i];
       ZIPCCL_WARN(
